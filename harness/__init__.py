@@ -1,0 +1,40 @@
+"""minimax-bench: a benchmark harness for minimax learning with online-bandit strategies.
+
+Public API (stable names relied on by plugin authors and the contract tests)::
+
+    import harness
+    K = harness.build("constraint_set", "kset", n=569, k=20)
+    result = harness.run(cfg)
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from harness.hookspecs import PROJECT
+
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+from harness.api import build, package_version, play, prepare, run  # noqa: E402
+from harness.context import RunContext  # noqa: E402
+from harness.game import GuardError  # noqa: E402
+from harness.params import ConfigError, Param  # noqa: E402
+from harness.protocols import Proposal  # noqa: E402
+from harness.registry import PluginError, Registry, make_plugin_manager  # noqa: E402
+
+__all__ = [
+    "ConfigError",
+    "GuardError",
+    "Param",
+    "PluginError",
+    "Proposal",
+    "Registry",
+    "RunContext",
+    "build",
+    "hookimpl",
+    "make_plugin_manager",
+    "package_version",
+    "play",
+    "prepare",
+    "run",
+]

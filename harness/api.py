@@ -1,0 +1,207 @@
+"""The Python API: ``build`` a component, ``prepare`` and ``run`` a game from a config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import numpy as np
+
+from harness.context import RunContext
+from harness.game import Components, Game, checkpoint_rounds
+from harness.params import ConfigError, Param, check
+from harness.registry import Registry, default_registry, make_plugin_manager
+
+TOP_LEVEL = {"constraint", "p_player", "w_player", "model", "dataset",
+             "budget", "seed", "checkpoints", "tracking", "progress"}
+
+
+def package_version() -> str:
+    try:
+        return version("minimax-bench")
+    except PackageNotFoundError:  # running from a source tree
+        return "0+unknown"
+
+
+def build(kind: str, name: str, *, registry: Registry | None = None, **params: Any) -> Any:
+    """Create a registered component with the same validation as the CLI.
+
+    ``kind`` is one of constraint_set, p_player, w_player, model, dataset.
+    """
+    return (registry or default_registry()).build(kind, name, **params)
+
+
+def _to_dict(cfg: Any) -> dict[str, Any]:
+    if isinstance(cfg, Mapping) and not hasattr(cfg, "_metadata"):
+        return {k: _to_dict(v) if isinstance(v, Mapping) else v for k, v in cfg.items()}
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def _group(cfg: Mapping[str, Any], key: str) -> tuple[str, dict[str, Any]]:
+    group = cfg.get(key)
+    if not isinstance(group, Mapping) or not isinstance(group.get("name"), str):
+        raise ConfigError(f"The '{key}' config group must be a mapping with a 'name'. "
+                          f"Got {group!r} instead.")
+    params = {k: v for k, v in group.items() if k != "name"}
+    return group["name"], params
+
+
+def check_dataset(name: str, dataset: Any) -> None:
+    """Shapes, dtypes and finiteness of a data set, before any game starts."""
+    X, y = dataset.X, dataset.y
+    if getattr(X, "ndim", 0) != 2 or X.shape[0] < 1:
+        raise ConfigError(f"The data set '{name}' must provide X as an n x d array. "
+                          f"Got shape {getattr(X, 'shape', None)} instead.")
+    if getattr(y, "shape", None) != (X.shape[0],):
+        raise ConfigError(f"The data set '{name}' must provide y of shape ({X.shape[0]},). "
+                          f"Got shape {getattr(y, 'shape', None)} instead.")
+    for label, a in (("X", X), ("y", y)):
+        bad = ~np.isfinite(np.asarray(a, dtype=np.float64))
+        if bad.any():
+            where = np.argwhere(bad)[0]
+            value = np.asarray(a)[tuple(where)]
+            at = f"row {where[0]}" + (f", column {where[1]}" if len(where) > 1 else "")
+            raise ConfigError(f"The data set '{name}' must contain only finite numbers. "
+                              f"Got {value!r} in {label} at {at} "
+                              f"({int(bad.sum())} non-finite value(s) in all).")
+    if dataset.task not in ("classification", "regression"):
+        raise ConfigError(f"The data set '{name}' must declare task 'classification' or "
+                          f"'regression'. Got {dataset.task!r} instead.")
+
+
+@dataclass
+class Prepared:
+    """A validated game, ready to play; nothing has been recorded yet."""
+
+    parts: Components
+    horizon: int
+    budget: int
+    seed: int
+    checkpoints: np.ndarray
+    context: RunContext
+    registry: Registry
+
+
+def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
+    """Build and validate every component of ``cfg``; raise ``ConfigError`` on bad input."""
+    registry = registry or default_registry()
+    conf = _to_dict(cfg)
+    unknown = sorted(set(conf) - TOP_LEVEL)
+    if unknown:
+        raise ConfigError(f"Unknown top-level config key(s) {unknown}. "
+                          f"Allowed keys: {sorted(TOP_LEVEL)}.")
+    names: dict[str, str] = {}
+    ds_name, ds_params = _group(conf, "dataset")
+    dataset = registry.build("dataset", ds_name, **ds_params)
+    check_dataset(ds_name, dataset)
+    n = int(dataset.X.shape[0])
+
+    c_name, c_params = _group(conf, "constraint")
+    if "n" in c_params:
+        raise ConfigError(f"The 'n' parameter of {c_name} is set by the data set "
+                          f"(n={n}); remove it from the config.")
+    constraint = registry.build("constraint_set", c_name, n=n, **c_params)
+
+    p_name, p_params = _group(conf, "p_player")
+    p_player = registry.build("p_player", p_name, **p_params)
+    fits = getattr(p_player, "constraints", None)
+    if fits is not None and c_name not in fits:
+        raise ConfigError(f"The p_player '{p_name}' works on constraint sets {list(fits)}. "
+                          f"Got constraint '{c_name}' instead.")
+
+    w_name, w_params = _group(conf, "w_player")
+    w_player = registry.build("w_player", w_name, **w_params)
+
+    m_name, m_params = _group(conf, "model")
+    if m_name == "auto":
+        m_name = dataset.default_model
+    model = registry.build("model", m_name, **m_params)
+    task = getattr(model, "task", None)
+    if task is not None and task != dataset.task:
+        raise ConfigError(f"The model '{m_name}' is for {task}; the data set '{ds_name}' is "
+                          f"{dataset.task}. Choose a {dataset.task} model or model=auto.")
+    names.update(dataset=ds_name, constraint=c_name, p_player=p_name,
+                 w_player=w_name, model=m_name)
+
+    per_round = int(p_player.rows_per_round(constraint))
+    budget = check("the game", "budget", Param(int, low=per_round), conf.get("budget"))
+    seed = check("the game", "seed", Param(int, low=0), conf.get("seed", 0))
+    n_cp = check("the game", "checkpoints", Param(int, low=1), conf.get("checkpoints", 30))
+    horizon = budget // per_round
+
+    derived: dict[str, Any] = {}
+    derived.update({f"model.{k}": v for k, v in model.setup(dataset, w_player.radius).items()})
+    derived.update({f"p_player.{k}": v
+                    for k, v in p_player.setup(constraint, horizon).items()})
+    derived.update({f"w_player.{k}": v for k, v in
+                    w_player.setup(model.n_params, horizon, model.grad_bound).items()})
+
+    params = _flatten({k: v for k, v in conf.items() if k != "tracking"})
+    params.update({"model.name": m_name, "horizon_T": horizon, "rows_per_round": per_round,
+                   "n": n, "d": int(dataset.X.shape[1])})
+    params.update(derived)
+    tags = {"algorithm": p_name, "w_player": w_name, "dataset": ds_name,
+            "constraint": c_name, "model": m_name, "seed": str(seed),
+            "minimax_bench_version": package_version()}
+    context = RunContext(config=conf, params=params, tags=tags)
+    parts = Components(dataset, model, constraint, p_player, w_player, names)
+    return Prepared(parts, horizon, budget, seed, checkpoint_rounds(horizon, n_cp),
+                    context, registry)
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> dict[str, float]:
+    """Play a prepared game, firing the event hooks; a failure or interrupt
+    ends the tracked run as FAILED or KILLED with its checkpoints kept."""
+    hook = prepared.registry.pm.hook
+    context = prepared.context
+    game = Game(
+        prepared.parts,
+        prepared.horizon,
+        np.random.default_rng(prepared.seed),
+        prepared.checkpoints,
+        on_checkpoint=lambda step, m: hook.on_checkpoint(context=context, step=step, metrics=m),
+        progress=progress,
+    )
+    context.state["game"] = game
+    hook.on_run_start(context=context)
+    status = "FAILED"
+    try:
+        metrics = game.play()
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        hook.on_run_end(context=context, status=status, metrics=game.state.last_metrics)
+    return metrics
+
+
+def run(
+    cfg: Any,
+    *,
+    plugins: Iterable[Any] = (),
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """Run one game from a composed config (DictConfig or dict); return the final metrics.
+
+    ``plugins`` are extra plugin objects registered for this run only (besides
+    the built-ins and installed packages).
+    """
+    plugins = tuple(plugins)
+    registry = Registry(make_plugin_manager(plugins)) if plugins else None
+    return play(prepare(cfg, registry), progress)

@@ -1,0 +1,177 @@
+"""The game loop (paper, Algorithm 1) and the metrics computed at checkpoints."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.gap import certified_min
+from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
+
+
+class GuardError(RuntimeError):
+    """A plugin produced a value outside the contract (p outside K, non-finite numbers)."""
+
+
+def checkpoint_rounds(horizon: int, count: int) -> np.ndarray:
+    """About ``count`` log-spaced rounds in [1, horizon], always ending at ``horizon``."""
+    rounds = np.unique(np.round(np.geomspace(1, horizon, max(count, 1))).astype(np.int64))
+    return rounds[(rounds >= 1) & (rounds <= horizon)]
+
+
+@dataclass
+class Components:
+    dataset: Dataset
+    model: Model
+    constraint: ConstraintSet
+    p_player: PPlayer
+    w_player: WPlayer
+    names: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class GameState:
+    """Counters and accumulators of a game in progress."""
+
+    rounds: int = 0
+    data_points: int = 0
+    a_sum: np.ndarray | None = None
+    inner_w: np.ndarray | None = None
+    inner_lipschitz: float = 1.0
+    wall_time: float = 0.0
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Game:
+    """Plays ``horizon`` rounds of Algorithm 1 and evaluates checkpoints.
+
+    Per round: the p-player proposes rows (Line 3), the game evaluates their
+    losses with ``w_t`` and counts them as data points processed (Line 4), the
+    p-player observes them (Lines 5-6), the w-player steps on the weighted
+    gradient (Line 7). ``a_bar`` accumulates the p-player's actions.
+    """
+
+    def __init__(
+        self,
+        parts: Components,
+        horizon: int,
+        rng: np.random.Generator,
+        checkpoints: np.ndarray,
+        on_checkpoint: Callable[[int, dict[str, float]], None] = lambda step, m: None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.parts = parts
+        self.horizon = horizon
+        self.rng = rng
+        self.checkpoints = checkpoints
+        self.on_checkpoint = on_checkpoint
+        self.progress = progress
+        self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
+
+    def play(self) -> dict[str, float]:
+        parts, state = self.parts, self.state
+        X, y = parts.dataset.X, parts.dataset.y
+        propose, observe = parts.p_player.propose, parts.p_player.observe
+        losses_of, grad_of = parts.model.losses, parts.model.grad
+        wp = parts.w_player
+        step = wp.step
+        rng, a_sum = self.rng, state.a_sum
+        stride = max(1, self.horizon // 200)
+        pending = [int(r) for r in self.checkpoints if r > state.rounds]
+        next_cp = pending.pop(0) if pending else -1
+        t0 = time.perf_counter() - state.wall_time
+        for t in range(state.rounds + 1, self.horizon + 1):
+            prop = propose(rng)
+            rows = prop.rows
+            Xb, yb = X[rows], y[rows]
+            w = wp.w
+            losses = losses_of(w, Xb, yb)
+            weights = observe(losses)
+            if weights is None:
+                weights = prop.weights
+            step(grad_of(w, Xb, yb, weights))
+            if prop.action_rows is None:
+                a_sum[rows] += prop.weights
+            else:
+                a_sum[prop.action_rows] += prop.action_values
+            state.data_points += rows.size
+            if t == next_cp:
+                state.rounds = t
+                state.wall_time = time.perf_counter() - t0
+                metrics = self.evaluate()
+                self.on_checkpoint(state.data_points, metrics)
+                next_cp = pending.pop(0) if pending else -1
+            if self.progress is not None and t % stride == 0:
+                self.progress(t)
+        state.rounds = self.horizon
+        state.wall_time = time.perf_counter() - t0
+        return state.last_metrics
+
+    def evaluate(self) -> dict[str, float]:
+        """Metrics at the current round: certified dual gap, objective, task metrics."""
+        parts, state = self.parts, self.state
+        X, y = parts.dataset.X, parts.dataset.y
+        model, wp, pp = parts.model, parts.w_player, parts.p_player
+        t = state.rounds
+        w_bar = wp.w_bar
+        self._guard(w_bar, pp.p)
+        losses = model.raw_losses(w_bar, X, y) / model.scale_
+        objective, _ = parts.constraint.lmo(losses)
+        a_bar = state.a_sum / t
+        support = np.flatnonzero(a_bar)
+        Xs, ys, As = X[support], y[support], a_bar[support]
+        inner = certified_min(
+            lambda v: model.value_and_grad(v, Xs, ys, As),
+            state.inner_w if state.inner_w is not None else w_bar,
+            wp.radius,
+            lipschitz=state.inner_lipschitz,
+        )
+        state.inner_w, state.inner_lipschitz = inner.w, inner.lipschitz
+        metrics = {
+            "dual_gap": objective - inner.lower,
+            "objective": objective,
+            "inner_min_lower": inner.lower,
+            "inner_solver_slack": inner.upper - inner.lower,
+            "rounds": float(t),
+            "data_points": float(state.data_points),
+            "wall_time_s": state.wall_time,
+            "clipped_losses": float(model.n_clipped),
+        }
+        metrics.update(model.task_metrics(w_bar, X, y, parts.constraint.k))
+        bound = theory_bound(pp, wp, t)
+        if bound is not None:
+            metrics["theory_bound"] = bound
+        state.last_metrics = metrics
+        return metrics
+
+    def _guard(self, w_bar: np.ndarray, p: np.ndarray) -> None:
+        names = self.parts.names
+        if not np.all(np.isfinite(w_bar)):
+            raise GuardError(f"w-player '{names.get('w_player')}' produced a non-finite "
+                             f"average iterate at round {self.state.rounds}.")
+        if not self.parts.constraint.contains(p, atol=1e-8):
+            raise GuardError(
+                f"p-player '{names.get('p_player')}' has p_t outside the constraint set "
+                f"'{names.get('constraint')}' at round {self.state.rounds} "
+                f"(sum={float(np.sum(p))!r}, min={float(np.min(p))!r}, max={float(np.max(p))!r})."
+            )
+
+
+def theory_bound(pp: PPlayer, wp: WPlayer, rounds: int) -> float | None:
+    """Theorem 4.1's gap bound for a run of ``rounds`` rounds:
+    ``(R_w(T) + R_p(T)) / T`` from the players' regret bounds (Theorem D.1)."""
+    rp, rw = pp.regret_bound(rounds), wp.regret_bound(rounds)
+    if rp is None or rw is None or rounds <= 0:
+        return None
+    value = (rp + rw) / rounds
+    return value if math.isfinite(value) else None
+
+
+def summary_line(metrics: Mapping[str, Any]) -> str:
+    keys = ("dual_gap", "objective", "accuracy", "topk_mse", "data_points", "rounds")
+    return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics)

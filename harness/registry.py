@@ -1,0 +1,160 @@
+"""Plugin manager and the registry of components it collects.
+
+Built-in plugins (``DEFAULT_PLUGINS``) and third-party packages (entry-point
+group ``minimax_bench``) are registered the same way; the registry then asks
+every plugin's registration hooks for its component classes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+import pluggy
+
+from harness import hookspecs
+from harness.params import ConfigError, validate
+
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "plugins.kset",
+    "plugins.exp4mp",
+    "plugins.ogd",
+    "plugins.models",
+    "plugins.datasets",
+    "plugins.mlflow_tracking",
+)
+
+#: set to a non-empty value to skip loading entry-point plugins
+DISABLE_AUTOLOAD_ENV = "MINIMAX_BENCH_DISABLE_PLUGIN_AUTOLOAD"
+
+#: component kind -> registration hook name
+KINDS: dict[str, str] = {
+    "constraint_set": "register_constraint_sets",
+    "p_player": "register_p_players",
+    "w_player": "register_w_players",
+    "model": "register_models",
+    "dataset": "register_datasets",
+}
+
+
+class PluginError(RuntimeError):
+    """A plugin broke the contract; ``.plugin`` names it."""
+
+    def __init__(self, plugin: str, message: str) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+
+
+def make_plugin_manager(
+    extra: Iterable[Any] = (), *, load_entrypoints: bool | None = None
+) -> pluggy.PluginManager:
+    """A fresh plugin manager with the built-ins, installed packages and ``extra``."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    for module_name in DEFAULT_PLUGINS:
+        pm.register(importlib.import_module(module_name), name=module_name)
+    if load_entrypoints is None:
+        load_entrypoints = not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    if load_entrypoints:
+        _load_entrypoints(pm)
+    for plugin in extra:
+        pm.register(plugin)
+    pm.check_pending()
+    return pm
+
+
+def _load_entrypoints(pm: pluggy.PluginManager) -> None:
+    """Like pluggy's loader, but one broken package only warns (names it) and the rest load."""
+    for ep in entry_points(group=hookspecs.PROJECT):
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as err:  # noqa: BLE001 - any import failure of a third party
+            dist = getattr(ep, "dist", None)
+            package = dist.name if dist is not None else ep.value
+            warnings.warn(
+                f"minimax-bench plugin '{ep.name}' from package '{package}' failed to "
+                f"import and was skipped: {err!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        pm.register(plugin, name=ep.name)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered component class and the plugin that registered it."""
+
+    cls: type
+    plugin: str
+
+
+class Registry:
+    """Component classes by kind and name, collected through the registration hooks."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+        self.entries: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
+        for kind, hook_name in KINDS.items():
+            for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                impl.function(register=self._registrar(kind, impl.plugin_name))
+
+    def _registrar(self, kind: str, plugin: str):
+        def register(cls: type) -> None:
+            name = getattr(cls, "name", None)
+            if not isinstance(name, str) or not name:
+                raise PluginError(plugin, f"Plugin '{plugin}' registered a {kind} "
+                                          f"{cls!r} without a string 'name' attribute.")
+            if not isinstance(getattr(cls, "params", None), dict):
+                raise PluginError(plugin, f"Plugin '{plugin}' registered {kind} '{name}' "
+                                          "without a 'params' dict of harness.Param.")
+            previous = self.entries[kind].get(name)
+            if previous is not None:
+                raise PluginError(
+                    plugin,
+                    f"The {kind} name '{name}' is registered twice: by plugin "
+                    f"'{previous.plugin}' and by plugin '{plugin}'.",
+                )
+            self.entries[kind][name] = Entry(cls, plugin)
+
+        return register
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._kind(kind))
+
+    def _kind(self, kind: str) -> dict[str, Entry]:
+        if kind not in self.entries:
+            raise ConfigError(f"Unknown component kind '{kind}'. Known kinds: {list(KINDS)}.")
+        return self.entries[kind]
+
+    def get(self, kind: str, name: str) -> Entry:
+        entries = self._kind(kind)
+        if name not in entries:
+            raise ConfigError(
+                f"Unknown {kind} '{name}'. Registered {kind} names: {sorted(entries)}."
+            )
+        return entries[name]
+
+    def build(self, kind: str, name: str, **params: Any) -> Any:
+        """Validate ``params`` against the class's table, then construct it."""
+        cls = self.get(kind, name).cls
+        values = validate(name, cls.params, params)
+        return cls(**values)
+
+
+_default: Registry | None = None
+
+
+def default_registry() -> Registry:
+    """The registry of built-ins and installed packages (built once per process)."""
+    global _default
+    if _default is None:
+        _default = Registry(make_plugin_manager())
+    return _default

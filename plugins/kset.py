@@ -1,0 +1,177 @@
+"""The k-set ``S_{n,k} = {p : 0 <= p_i <= 1/k, sum p = 1}`` (paper, eq. (k-Set)).
+
+Its extreme points are the ``(1/k) 1_I`` for subsets ``I`` of size k (Section 4),
+so a draw from it is k distinct rows. ``<L, p>`` maximised over it is the
+average of the k largest losses (average top-k loss, empirical CVaR).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+from numba import njit
+from scipy.special import logsumexp
+
+import harness
+from harness import Param
+
+
+def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
+    """KL (Bregman) projection of the weights ``exp(log_w)`` onto
+    ``{q : 0 <= q_i <= kappa, sum q = 1}`` (paper, Algorithm 4 and Lemma C.2).
+
+    The projection is ``q_i = min(kappa, lam * w_i)`` with ``lam`` such that
+    ``sum q = 1``; the capped rows are the largest weights. At most
+    ``ceil(1/kappa) - 1`` rows are capped, so only the top ``ceil(1/kappa)``
+    weights are sorted: O(n + k log k) instead of the paper's O(n log n) sort.
+    Tail sums are accumulated in the log domain, so weights spanning any
+    dynamic range (1e8 rounds of exponential updates) neither overflow nor
+    lose the small rows to cancellation.
+
+    Returns ``q`` and the boolean mask of capped rows (``J_t``, Line 6 of
+    Algorithm 2).
+    """
+    n = log_w.size
+    capped = np.zeros(n, dtype=bool)
+    if n * kappa <= 1.0 + 1e-12:  # the set is the single point 1/n
+        capped[:] = True
+        return np.full(n, 1.0 / n), capped
+    m_max = min(n - 1, math.ceil(1.0 / kappa - 1e-12))
+    top = np.argpartition(log_w, n - m_max)[n - m_max:]
+    top = top[np.argsort(log_w[top])[::-1]]  # candidates, descending
+    rest = np.ones(n, dtype=bool)
+    rest[top] = False
+    log_rest = logsumexp(log_w[rest])
+    top_vals = log_w[top]
+    # tails[m] = log(sum of weights outside the m largest)
+    tails = np.logaddexp.accumulate(np.concatenate(([log_rest], top_vals[::-1])))[::-1]
+    ms = np.arange(m_max)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_lam = np.log1p(-ms * kappa) - tails[:m_max]
+    fits = log_lam + top_vals[:m_max] <= math.log(kappa) + 1e-12
+    m = int(np.argmax(fits)) if fits.any() else m_max - 1
+    q = np.exp(log_w + log_lam[m])
+    q[top[:m]] = kappa
+    capped[top[:m]] = True
+    return q, capped
+
+
+@njit(cache=True)
+def _depround(x: np.ndarray, u: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - compiled
+    eps = 1e-12
+    n = x.size
+    carry = -1
+    coin = 0
+    for j in range(n):
+        xj = x[j]
+        if xj <= eps or xj >= 1.0 - eps:
+            continue
+        if carry < 0:
+            carry = j
+            continue
+        xi = x[carry]
+        alpha = min(1.0 - xi, xj)
+        beta = min(xi, 1.0 - xj)
+        # Line 7: (p_i + alpha, p_j - alpha) with probability beta / (alpha + beta)
+        if u[coin] * (alpha + beta) < beta:
+            xi += alpha
+            xj -= alpha
+        else:
+            xi -= beta
+            xj += beta
+        coin += 1
+        x[carry] = xi
+        x[j] = xj
+        if xi <= eps or xi >= 1.0 - eps:
+            carry = j if eps < xj < 1.0 - eps else -1
+    out = np.empty(k, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        if x[i] > 0.5:
+            if c < k:
+                out[c] = i
+            c += 1
+    if c != k:
+        out[:] = -1
+    return out
+
+
+def depround(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """DepRound (paper, Algorithm 5; Gandhi et al. 2006): k distinct rows with
+    ``P[i in S] = k p_i`` for ``p`` in ``S_{n,k}``.
+
+    Line 2 stretches p to sum k (not 1). Fractional entries are paired in
+    index order (the box allows any pairing); each pair step leaves at least
+    one of the two integral, so at most n - 1 coins are needed and they are
+    drawn up front from ``rng`` (reproducible under a seed). O(n) time, compiled.
+    """
+    x = np.ascontiguousarray(p, dtype=np.float64) * k
+    rows = _depround(x, rng.random(p.size), k)
+    if rows[0] < 0:
+        raise ValueError(
+            f"DepRound did not end with exactly k={k} rows: p must lie in S_n,k "
+            f"(sum p = {float(np.sum(p))!r}, max p = {float(np.max(p))!r})."
+        )
+    return rows
+
+
+class KSet:
+    """``S_{n,k}``: caps every row's weight at 1/k (average top-k loss)."""
+
+    name: ClassVar[str] = "kset"
+    params: ClassVar[dict[str, Param]] = {
+        "n": Param(int, low=1, doc="number of rows (set by the data set)"),
+        "k": Param(int, default=20, low=1, high="n", doc="rows per extreme point"),
+        "sampler": Param(str, default="depround", choices=("depround",),
+                         doc="how an extreme point with mean p is drawn"),
+    }
+
+    def __init__(self, n: int, k: int = 20, sampler: str = "depround") -> None:
+        self.n = n
+        self.k = k
+        self.sampler = sampler
+
+    def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
+        """Average of the k largest losses and the point 1/k on them."""
+        idx = np.argpartition(losses, self.n - self.k)[self.n - self.k:]
+        p = np.zeros(self.n)
+        p[idx] = 1.0 / self.k
+        return float(np.sum(losses[idx]) / self.k), p
+
+    def kappa(self, gamma: float) -> float:
+        """The cap before mixing, ``(1/k - gamma/n) / (1 - gamma)`` (Line 5 of Algorithm 2)."""
+        return (1.0 / self.k - gamma / self.n) / (1.0 - gamma)
+
+    def project(self, weights, gamma=0.0, *, log_domain=False, return_capped=False):
+        """Lines 3-10 of Algorithm 2: project onto ``S_{n, 1/kappa}``, then mix
+        with the uniform distribution at rate ``gamma``; capped rows end at
+        exactly 1/k."""
+        if not 0.0 <= gamma < 1.0:
+            raise ValueError(f"gamma must be in [0, 1). Got {gamma!r} instead.")
+        log_w = np.asarray(weights, dtype=np.float64)
+        if not log_domain:
+            with np.errstate(divide="ignore"):
+                log_w = np.log(log_w)
+        q, capped = capped_kl_projection(log_w, self.kappa(gamma))
+        p = (1.0 - gamma) * q + gamma / self.n
+        p[capped] = 1.0 / self.k
+        return (p, capped) if return_capped else p
+
+    def sample(self, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return depround(p, self.k, rng)
+
+    def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:
+        p = np.asarray(p)
+        return bool(
+            p.shape == (self.n,)
+            and abs(float(np.sum(p)) - 1.0) <= atol
+            and float(np.min(p)) >= -atol
+            and float(np.max(p)) <= 1.0 / self.k + atol
+        )
+
+
+@harness.hookimpl
+def register_constraint_sets(register):
+    register(KSet)

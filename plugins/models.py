@@ -1,0 +1,164 @@
+"""The paper's two models (Section 6): linear regression with squared error and
+softmax regression with cross-entropy, over parameters in an l2-ball of radius B.
+
+Losses handed to the players are ``loss / loss_scale`` in [0, 1], where the
+default ``loss_scale`` is a bound the model proves for ``||w|| <= B`` and the
+data: with ``R = max_i ||(x_i, 1)||_2``,
+
+* cross-entropy with C classes: ``loss <= log C + sqrt(2) B R``, since
+  ``z_c - z_y = <w_c - w_y, (x, 1)> <= sqrt(2) ||W||_F R``;
+* squared error: ``loss <= (B R + max |y|)^2``.
+
+A user-set smaller ``loss_scale`` clips ``loss / loss_scale`` at 1; the number
+of clipped losses is counted (``n_clipped``) and logged, never silent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+from scipy.special import log_softmax
+
+import harness
+from harness import Param
+
+_SCALE = Param(float, low=0.0, low_open=True, nullable=True,
+               doc="divide losses by this; None: the proven bound (no clipping)")
+
+
+class _ScaledLoss:
+    """Scaling and clip accounting shared by both models."""
+
+    params: ClassVar[dict[str, Param]] = {"loss_scale": _SCALE}
+
+    def __init__(self, loss_scale: float | None = None) -> None:
+        self.loss_scale = loss_scale
+
+    def _set_scale(self, bound: float, grad_bound_raw: float) -> dict[str, float]:
+        self.loss_bound_ = bound
+        self.scale_ = bound if self.loss_scale is None else float(self.loss_scale)
+        self.clips_ = self.scale_ < bound
+        self.grad_bound = grad_bound_raw / self.scale_
+        self.n_clipped = 0
+        return {"loss_scale": self.scale_, "loss_bound": bound, "grad_bound": self.grad_bound}
+
+    def losses(self, w, X, y):
+        out = self.raw_losses(w, X, y) / self.scale_
+        if self.clips_:
+            over = out > 1.0
+            self.n_clipped += int(np.count_nonzero(over))
+            out[over] = 1.0
+        return out
+
+    def grad(self, w, X, y, weights):
+        """Gradient of ``sum_i weights_i * loss_i`` (clipped losses have zero gradient)."""
+        weights = np.asarray(weights, dtype=np.float64)
+        if self.clips_:
+            weights = weights * (self.raw_losses(w, X, y) <= self.scale_)
+        return self._raw_grad(w, X, y, weights) / self.scale_
+
+    def value_and_grad(self, w, X, y, weights):
+        """``sum_i weights_i raw_loss_i / scale`` and its gradient, never clipped (convex)."""
+        value, grad = self._raw_value_and_grad(w, X, y, weights)
+        return value / self.scale_, grad / self.scale_
+
+
+def _row_norm_bound(X: np.ndarray, chunk: int = 65536) -> float:
+    """``max_i ||(x_i, 1)||_2``, read in chunks."""
+    best = 0.0
+    for start in range(0, X.shape[0], chunk):
+        block = np.asarray(X[start:start + chunk], dtype=np.float64)
+        best = max(best, float(np.max(np.einsum("ij,ij->i", block, block))))
+    return math.sqrt(best + 1.0)
+
+
+class LinearMSE(_ScaledLoss):
+    """Linear regression ``f(x) = <theta, x> + b`` with loss ``(f(x) - y)^2``."""
+
+    name: ClassVar[str] = "linear_mse"
+    task: ClassVar[str] = "regression"
+
+    def setup(self, dataset, radius: float) -> dict[str, float]:
+        self.d_ = dataset.X.shape[1]
+        self.n_params = self.d_ + 1
+        R = _row_norm_bound(dataset.X)
+        y_max = float(np.max(np.abs(dataset.y)))
+        bound = (radius * R + y_max) ** 2
+        return self._set_scale(bound, 2.0 * (radius * R + y_max) * R)
+
+    def predict(self, w, X):
+        return X @ w[:-1] + w[-1]
+
+    def raw_losses(self, w, X, y):
+        r = self.predict(w, X) - y
+        return r * r
+
+    def _raw_grad(self, w, X, y, weights):
+        g = 2.0 * weights * (self.predict(w, X) - y)
+        return np.append(g @ X, g.sum())
+
+    def _raw_value_and_grad(self, w, X, y, weights):
+        r = self.predict(w, X) - y
+        g = 2.0 * weights * r
+        return float(weights @ (r * r)), np.append(g @ X, g.sum())
+
+    def task_metrics(self, w, X, y, k):
+        raw = self.raw_losses(w, X, y)
+        top = np.partition(raw, raw.size - k)[raw.size - k:]
+        return {"topk_mse": float(top.mean()), "max_loss": float(raw.max()),
+                "mean_loss": float(raw.mean())}
+
+
+class LogisticCEL(_ScaledLoss):
+    """Softmax regression ``softmax(Theta x + b)`` with cross-entropy loss,
+    parameters ``(Theta, b)`` flattened row-wise as ``C x (d + 1)``."""
+
+    name: ClassVar[str] = "logistic_cel"
+    task: ClassVar[str] = "classification"
+
+    def setup(self, dataset, radius: float) -> dict[str, float]:
+        self.d_ = dataset.X.shape[1]
+        self.C_ = int(dataset.n_classes)
+        self.n_params = self.C_ * (self.d_ + 1)
+        R = _row_norm_bound(dataset.X)
+        bound = math.log(self.C_) + math.sqrt(2.0) * radius * R
+        return self._set_scale(bound, math.sqrt(2.0) * R)
+
+    def _logits(self, w, X):
+        W = w.reshape(self.C_, self.d_ + 1)
+        return X @ W[:, :-1].T + W[:, -1]
+
+    def raw_losses(self, w, X, y):
+        logp = log_softmax(self._logits(w, X), axis=1)
+        return -logp[np.arange(y.size), y]
+
+    def _dz(self, w, X, y, weights):
+        logp = log_softmax(self._logits(w, X), axis=1)
+        G = np.exp(logp)
+        G[np.arange(y.size), y] -= 1.0
+        return logp, G * weights[:, None]
+
+    @staticmethod
+    def _pack(G, X):
+        return np.concatenate((G.T @ X, G.sum(axis=0)[:, None]), axis=1).ravel()
+
+    def _raw_grad(self, w, X, y, weights):
+        return self._pack(self._dz(w, X, y, weights)[1], X)
+
+    def _raw_value_and_grad(self, w, X, y, weights):
+        logp, G = self._dz(w, X, y, weights)
+        return float(-(weights @ logp[np.arange(y.size), y])), self._pack(G, X)
+
+    def task_metrics(self, w, X, y, k):
+        z = self._logits(w, X)
+        raw = -log_softmax(z, axis=1)[np.arange(y.size), y]
+        return {"accuracy": float(np.mean(np.argmax(z, axis=1) == y)),
+                "max_loss": float(raw.max()), "mean_loss": float(raw.mean())}
+
+
+@harness.hookimpl
+def register_models(register):
+    register(LinearMSE)
+    register(LogisticCEL)

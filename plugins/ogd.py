@@ -1,0 +1,67 @@
+"""Projected online gradient descent on the l2-ball (the w-player of Section 6)."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+import harness
+from harness import Param
+
+
+class OGD:
+    """Projected OGD on ``W = {w : ||w||_2 <= radius}`` over all model
+    parameters, bias included.
+
+    Default step ``radius * sqrt(2 / T)`` (paper, Appendix E.1-E.2). With
+    ``w_1 = 0``, step ``s`` and gradients of norm at most ``G`` its regret is at
+    most ``B^2 / (2s) + s G^2 T / 2`` (Zinkevich 2003), which the game uses for
+    the theoretical gap bound.
+    """
+
+    name: ClassVar[str] = "ogd"
+    params: ClassVar[dict[str, Param]] = {
+        "radius": Param(float, default=1.0, low=0.0, low_open=True, doc="radius B of W"),
+        "lr": Param(float, low=0.0, low_open=True, nullable=True,
+                    doc="step size; None: radius * sqrt(2 / T)"),
+    }
+
+    def __init__(self, radius: float = 1.0, lr: float | None = None) -> None:
+        self.radius = radius
+        self.lr = lr
+
+    def setup(self, dim: int, horizon: int, grad_bound: float) -> dict[str, float]:
+        self.lr_ = self.lr if self.lr is not None else self.radius * math.sqrt(2.0 / horizon)
+        self.grad_bound_ = grad_bound
+        self.w_ = np.zeros(dim)
+        self.w_sum_ = np.zeros(dim)
+        self.rounds_ = 0
+        return {"lr": self.lr_, "radius": self.radius}
+
+    @property
+    def w(self) -> np.ndarray:
+        return self.w_
+
+    @property
+    def w_bar(self) -> np.ndarray:
+        return self.w_sum_ / max(self.rounds_, 1)
+
+    def step(self, grad: np.ndarray) -> None:
+        self.w_sum_ += self.w_
+        self.rounds_ += 1
+        w = self.w_ - self.lr_ * grad
+        norm = math.sqrt(float(w @ w))
+        if norm > self.radius:
+            w *= self.radius / norm
+        self.w_ = w
+
+    def regret_bound(self, rounds: int) -> float | None:
+        B, s, G = self.radius, self.lr_, self.grad_bound_
+        return B * B / (2 * s) + s * G * G * rounds / 2
+
+
+@harness.hookimpl
+def register_w_players(register):
+    register(OGD)
