@@ -94,9 +94,16 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     if unknown:
         raise ConfigError(f"Unknown top-level config key(s) {unknown}. "
                           f"Allowed keys: {sorted(TOP_LEVEL)}.")
-    names: dict[str, str] = {}
+    resolved: dict[str, Any] = {}
+
+    def make(kind: str, key: str, name: str, params: dict[str, Any], **given: Any) -> Any:
+        component, values = registry.build_with_values(kind, name, **given, **params)
+        resolved.update({f"{key}.{k}": v for k, v in values.items() if k not in given})
+        resolved[f"{key}.name"] = name
+        return component
+
     ds_name, ds_params = _group(conf, "dataset")
-    dataset = registry.build("dataset", ds_name, **ds_params)
+    dataset = make("dataset", "dataset", ds_name, ds_params)
     check_dataset(ds_name, dataset)
     n = int(dataset.X.shape[0])
 
@@ -104,28 +111,28 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     if "n" in c_params:
         raise ConfigError(f"The 'n' parameter of {c_name} is set by the data set "
                           f"(n={n}); remove it from the config.")
-    constraint = registry.build("constraint_set", c_name, n=n, **c_params)
+    constraint = make("constraint_set", "constraint", c_name, c_params, n=n)
 
     p_name, p_params = _group(conf, "p_player")
-    p_player = registry.build("p_player", p_name, **p_params)
+    p_player = make("p_player", "p_player", p_name, p_params)
     fits = getattr(p_player, "constraints", None)
     if fits is not None and c_name not in fits:
         raise ConfigError(f"The p_player '{p_name}' works on constraint sets {list(fits)}. "
                           f"Got constraint '{c_name}' instead.")
 
     w_name, w_params = _group(conf, "w_player")
-    w_player = registry.build("w_player", w_name, **w_params)
+    w_player = make("w_player", "w_player", w_name, w_params)
 
     m_name, m_params = _group(conf, "model")
     if m_name == "auto":
         m_name = dataset.default_model
-    model = registry.build("model", m_name, **m_params)
+    model = make("model", "model", m_name, m_params)
     task = getattr(model, "task", None)
     if task is not None and task != dataset.task:
         raise ConfigError(f"The model '{m_name}' is for {task}; the data set '{ds_name}' is "
                           f"{dataset.task}. Choose a {dataset.task} model or model=auto.")
-    names.update(dataset=ds_name, constraint=c_name, p_player=p_name,
-                 w_player=w_name, model=m_name)
+    names = {"dataset": ds_name, "constraint": c_name, "p_player": p_name,
+             "w_player": w_name, "model": m_name}
 
     per_round = int(p_player.rows_per_round(constraint))
     budget = check("the game", "budget", Param(int, low=per_round), conf.get("budget"))
@@ -140,8 +147,10 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     derived.update({f"w_player.{k}": v for k, v in
                     w_player.setup(model.n_params, horizon, model.grad_bound).items()})
 
-    params = _flatten({k: v for k, v in conf.items() if k != "tracking"})
-    params.update({"model.name": m_name, "horizon_T": horizon, "rows_per_round": per_round,
+    # resolved config values, then every theory-derived value in place of its None
+    params: dict[str, Any] = {"budget": budget, "seed": seed, "checkpoints": n_cp}
+    params.update(resolved)
+    params.update({"horizon_T": horizon, "rows_per_round": per_round,
                    "n": n, "d": int(dataset.X.shape[1])})
     params.update(derived)
     tags = {"algorithm": p_name, "w_player": w_name, "dataset": ds_name,
@@ -149,19 +158,8 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
             "minimax_bench_version": package_version()}
     context = RunContext(config=conf, params=params, tags=tags)
     parts = Components(dataset, model, constraint, p_player, w_player, names)
-    return Prepared(parts, horizon, budget, seed, checkpoint_rounds(horizon, n_cp),
+    return Prepared(parts, horizon, budget, seed, checkpoint_rounds(horizon, n_cp, per_round),
                     context, registry)
-
-
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
 
 
 def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""The ``minimax-bench`` command: a Hydra application over ``harness.prepare`` / ``harness.play``."""
+"""The ``minimax-bench`` command: a Hydra app over ``harness.prepare`` and ``harness.play``."""
 
 from __future__ import annotations
 

@@ -18,9 +18,14 @@ class GuardError(RuntimeError):
     """A plugin produced a value outside the contract (p outside K, non-finite numbers)."""
 
 
-def checkpoint_rounds(horizon: int, count: int) -> np.ndarray:
-    """About ``count`` log-spaced rounds in [1, horizon], always ending at ``horizon``."""
-    rounds = np.unique(np.round(np.geomspace(1, horizon, max(count, 1))).astype(np.int64))
+def checkpoint_rounds(horizon: int, count: int, rows_per_round: int = 1) -> np.ndarray:
+    """About ``count`` rounds log-spaced in data points, plus every round at
+    which a power of ten of data points is reached, always ending at ``horizon``."""
+    spaced = np.geomspace(1, horizon, max(count, 1))
+    budget = horizon * rows_per_round
+    decades = [10**j / rows_per_round for j in range(int(np.log10(budget)) + 1)
+               if 10**j >= rows_per_round]
+    rounds = np.unique(np.round(np.concatenate((spaced, decades, [horizon]))).astype(np.int64))
     return rounds[(rounds >= 1) & (rounds <= horizon)]
 
 

@@ -144,9 +144,13 @@ class Registry:
 
     def build(self, kind: str, name: str, **params: Any) -> Any:
         """Validate ``params`` against the class's table, then construct it."""
+        return self.build_with_values(kind, name, **params)[0]
+
+    def build_with_values(self, kind: str, name: str, **params: Any) -> tuple[Any, dict[str, Any]]:
+        """Like ``build``, also returning the validated values (defaults filled in)."""
         cls = self.get(kind, name).cls
         values = validate(name, cls.params, params)
-        return cls(**values)
+        return cls(**values), values
 
 
 _default: Registry | None = None

@@ -7,12 +7,10 @@ average of the k largest losses (average top-k loss, empirical CVaR).
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import numpy as np
 from numba import njit
-from scipy.special import logsumexp
 
 import harness
 from harness import Param
@@ -23,38 +21,53 @@ def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, n
     ``{q : 0 <= q_i <= kappa, sum q = 1}`` (paper, Algorithm 4 and Lemma C.2).
 
     The projection is ``q_i = min(kappa, lam * w_i)`` with ``lam`` such that
-    ``sum q = 1``; the capped rows are the largest weights. At most
-    ``ceil(1/kappa) - 1`` rows are capped, so only the top ``ceil(1/kappa)``
-    weights are sorted: O(n + k log k) instead of the paper's O(n log n) sort.
-    Tail sums are accumulated in the log domain, so weights spanning any
-    dynamic range (1e8 rounds of exponential updates) neither overflow nor
-    lose the small rows to cancellation.
+    ``sum q = 1`` (Lemma C.2 (a)); the capped rows are the largest weights.
+    Instead of Algorithm 4's sort, the capped set is grown from empty: with
+    ``C`` capped, ``lam(C) = (1 - |C| kappa) / sum_{i not in C} w_i`` never
+    exceeds the optimal ``lam*`` when ``C`` is inside the optimal capped set,
+    so every row with ``lam(C) w_i > kappa`` is capped at the optimum too.
+    Each pass is O(n) and at most ``ceil(1/kappa) - 1 <= k - 1`` rows are ever
+    capped. Sums are taken relative to the largest uncapped log-weight, so
+    weights spanning any dynamic range (1e8 rounds of exponential updates)
+    neither overflow nor lose the small rows to cancellation.
 
     Returns ``q`` and the boolean mask of capped rows (``J_t``, Line 6 of
     Algorithm 2).
     """
+    log_w = np.ascontiguousarray(log_w, dtype=np.float64)
+    if log_w.size * kappa <= 1.0 + 1e-12:  # the set is the single point 1/n
+        return np.full(log_w.size, 1.0 / log_w.size), np.ones(log_w.size, dtype=bool)
+    return _capped_kl_projection(log_w, kappa)
+
+
+@njit(cache=True)
+def _capped_kl_projection(log_w, kappa):  # pragma: no cover - compiled
     n = log_w.size
-    capped = np.zeros(n, dtype=bool)
-    if n * kappa <= 1.0 + 1e-12:  # the set is the single point 1/n
-        capped[:] = True
-        return np.full(n, 1.0 / n), capped
-    m_max = min(n - 1, math.ceil(1.0 / kappa - 1e-12))
-    top = np.argpartition(log_w, n - m_max)[n - m_max:]
-    top = top[np.argsort(log_w[top])[::-1]]  # candidates, descending
-    rest = np.ones(n, dtype=bool)
-    rest[top] = False
-    log_rest = logsumexp(log_w[rest])
-    top_vals = log_w[top]
-    # tails[m] = log(sum of weights outside the m largest)
-    tails = np.logaddexp.accumulate(np.concatenate(([log_rest], top_vals[::-1])))[::-1]
-    ms = np.arange(m_max)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_lam = np.log1p(-ms * kappa) - tails[:m_max]
-    fits = log_lam + top_vals[:m_max] <= math.log(kappa) + 1e-12
-    m = int(np.argmax(fits)) if fits.any() else m_max - 1
-    q = np.exp(log_w + log_lam[m])
-    q[top[:m]] = kappa
-    capped[top[:m]] = True
+    capped = np.zeros(n, dtype=np.bool_)
+    m = 0
+    log_kappa = np.log(kappa)
+    log_lam = 0.0
+    while True:
+        top = -np.inf
+        for i in range(n):
+            if not capped[i] and log_w[i] > top:
+                top = log_w[i]
+        total = 0.0
+        for i in range(n):
+            if not capped[i]:
+                total += np.exp(log_w[i] - top)
+        log_lam = np.log1p(-m * kappa) - np.log(total) - top
+        grew = False
+        for i in range(n):
+            if not capped[i] and log_w[i] + log_lam > log_kappa:
+                capped[i] = True
+                m += 1
+                grew = True
+        if not grew:
+            break
+    q = np.empty(n)
+    for i in range(n):
+        q[i] = kappa if capped[i] else np.exp(log_w[i] + log_lam)
     return q, capped
 
 
