@@ -144,8 +144,10 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     derived.update({f"model.{k}": v for k, v in model.setup(dataset, w_player.radius).items()})
     derived.update({f"p_player.{k}": v
                     for k, v in p_player.setup(constraint, horizon).items()})
-    derived.update({f"w_player.{k}": v for k, v in
-                    w_player.setup(model.n_params, horizon, model.grad_bound).items()})
+    suggest = getattr(p_player, "suggest_w_lr", None)
+    lr_hint = suggest(w_player.radius, model.grad_bound, horizon) if suggest else None
+    derived.update({f"w_player.{k}": v for k, v in w_player.setup(
+        model.n_params, horizon, model.grad_bound, lr_hint=lr_hint).items()})
 
     # resolved config values, then every theory-derived value in place of its None
     params: dict[str, Any] = {"budget": budget, "seed": seed, "checkpoints": n_cp}
@@ -176,9 +178,9 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
         progress=progress,
     )
     context.state["game"] = game
-    hook.on_run_start(context=context)
     status = "FAILED"
     try:
+        hook.on_run_start(context=context)
         metrics = game.play()
         status = "FINISHED"
     except KeyboardInterrupt:

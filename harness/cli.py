@@ -44,7 +44,7 @@ def summary(prepared: Any, metrics: dict[str, float]) -> str:
         (f"objective (avg top-{k} loss, scaled)", metrics.get("objective")),
         ("accuracy", metrics.get("accuracy")),
         (f"MSE of the {k} largest losses", metrics.get("topk_mse")),
-        ("theory bound (Thm 4.1)", metrics.get("theory_bound")),
+        ("theory bound", metrics.get("theory_bound")),
     ]
     lines += [f"  {label:<36} {value:.6g}" for label, value in rows if value is not None]
     lines.append(f"  {'data points processed':<36} {int(metrics.get('data_points', 0)):,} "

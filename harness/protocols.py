@@ -102,6 +102,9 @@ class PPlayer(Protocol):
         (None if the player has none)."""
         ...
 
+    # Optional: ``suggest_w_lr(radius, grad_bound, horizon) -> float`` gives the
+    # w-player's step when the algorithm pairs the two (S-AFL).
+
 
 @runtime_checkable
 class WPlayer(Protocol):
@@ -111,7 +114,9 @@ class WPlayer(Protocol):
     params: ClassVar[Mapping[str, Param]]
     radius: float
 
-    def setup(self, dim: int, horizon: int, grad_bound: float) -> dict[str, float]:
+    def setup(self, dim: int, horizon: int, grad_bound: float,
+              lr_hint: float | None = None) -> dict[str, float]:
+        """Build state; ``lr_hint`` is the paired p-player's step rule (or None)."""
         ...
 
     @property

@@ -22,7 +22,13 @@ from harness.params import ConfigError, validate
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.kset",
+    "plugins.simplex",
     "plugins.exp4mp",
+    "plugins.exp_ix",
+    "plugins.ftrl",
+    "plugins.safl",
+    "plugins.adacvar",
+    "plugins.uniform",
     "plugins.ogd",
     "plugins.models",
     "plugins.datasets",

@@ -130,6 +130,30 @@ def depround(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return rows
 
 
+def capped_simplex_euclidean(v: np.ndarray, cap: float) -> np.ndarray:
+    """Euclidean projection of ``v`` onto ``{0 <= p_i <= cap, sum p = 1}``.
+
+    ``p_i = clip(v_i - tau, 0, cap)`` where ``f(tau) = sum_i clip(v_i - tau, 0, cap)``
+    is piecewise linear and decreasing with breakpoints ``v_i`` and
+    ``v_i - cap``; f is evaluated at all 2n breakpoints from prefix sums and
+    ``tau`` interpolated on the segment where f crosses 1. O(n log n), exact.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    n = v.size
+    u = np.sort(v)
+    prefix = np.concatenate(([0.0], np.cumsum(u)))
+    total = prefix[-1]
+    bps = np.sort(np.concatenate((u - cap, u)))
+    i1 = np.searchsorted(u, bps, side="right")  # v_i > tau: contributes v_i - tau
+    i2 = np.searchsorted(u - cap, bps, side="right")  # v_i - cap > tau: capped
+    c1, c2 = n - i1, n - i2
+    f = (total - prefix[i1] - c1 * bps) - (total - prefix[i2] - cap * c2 - c2 * bps)
+    j = max(int(np.searchsorted(-f, -1.0, side="right")) - 1, 0)  # f[0] = n cap >= 1
+    slope = c1[j] - c2[j]
+    tau = bps[j] + (f[j] - 1.0) / slope if slope > 0 else bps[j]
+    return np.clip(v - tau, 0.0, cap)
+
+
 class KSet:
     """``S_{n,k}``: caps every row's weight at 1/k (average top-k loss)."""
 
@@ -171,6 +195,10 @@ class KSet:
         p = (1.0 - gamma) * q + gamma / self.n
         p[capped] = 1.0 / self.k
         return (p, capped) if return_capped else p
+
+    def euclidean_project(self, v: np.ndarray) -> np.ndarray:
+        """Euclidean projection onto the set (for gradient-ascent p-players)."""
+        return capped_simplex_euclidean(v, 1.0 / self.k)
 
     def sample(self, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         return depround(p, self.k, rng)

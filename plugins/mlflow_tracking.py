@@ -54,9 +54,14 @@ def on_run_start(context):
     context.state["mlflow"] = {"client": client, "run_id": run_id,
                                "experiment_id": experiment_id, "uri": client.tracking_uri}
     params = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in sorted(context.params.items())]
-    for start in range(0, len(params), _MAX_PARAMS_PER_BATCH):
-        client.log_batch(run_id, params=params[start:start + _MAX_PARAMS_PER_BATCH])
-    client.log_dict(run_id, context.config, "config.yaml")
+    try:
+        for start in range(0, len(params), _MAX_PARAMS_PER_BATCH):
+            client.log_batch(run_id, params=params[start:start + _MAX_PARAMS_PER_BATCH])
+        client.log_dict(run_id, context.config, "config.yaml")
+    except BaseException:
+        context.state.pop("mlflow")
+        client.set_terminated(run_id, status="FAILED")
+        raise
 
 
 @harness.hookimpl

@@ -32,8 +32,15 @@ class OGD:
         self.radius = radius
         self.lr = lr
 
-    def setup(self, dim: int, horizon: int, grad_bound: float) -> dict[str, float]:
-        self.lr_ = self.lr if self.lr is not None else self.radius * math.sqrt(2.0 / horizon)
+    def setup(self, dim: int, horizon: int, grad_bound: float,
+              lr_hint: float | None = None) -> dict[str, float]:
+        """``lr_hint``: the paired p-player's step rule (e.g. S-AFL's), used when ``lr`` is None."""
+        if self.lr is not None:
+            self.lr_ = self.lr
+        elif lr_hint is not None:
+            self.lr_ = lr_hint
+        else:
+            self.lr_ = self.radius * math.sqrt(2.0 / horizon)
         self.grad_bound_ = grad_bound
         self.w_ = np.zeros(dim)
         self.w_sum_ = np.zeros(dim)

@@ -1,0 +1,35 @@
+"""The simplex ``S_n`` (max loss; the k-set with k = 1), paper Section 3."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+import harness
+from harness import Param
+from plugins.kset import KSet
+
+
+class Simplex(KSet):
+    """``S_n``: ``lmo`` is the largest loss; ``project`` normalises (the KL
+    projection onto the simplex) and mixes with the uniform distribution;
+    ``sample`` is one categorical draw (inverse CDF, O(n))."""
+
+    name: ClassVar[str] = "simplex"
+    params: ClassVar[dict[str, Param]] = {
+        "n": Param(int, low=1, doc="number of rows (set by the data set)"),
+    }
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n, k=1)
+
+    def sample(self, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        cdf = np.cumsum(p)
+        i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+        return np.array([min(i, self.n - 1)], dtype=np.int64)
+
+
+@harness.hookimpl
+def register_constraint_sets(register):
+    register(Simplex)
