@@ -1,0 +1,207 @@
+"""``minimax-bench-report``: figures and a table of final values from MLflow runs.
+
+    minimax-bench-report --experiment paper_cancer --out report/
+    minimax-bench-report --tracking-uri http://127.0.0.1:5000 --experiment sweep \
+        --filter "tags.dataset = 'boston'"
+
+Reads every finished game run of the experiment (any MLflow tracking URI),
+groups them by algorithm (tag ``algorithm``), and writes
+
+* one PNG per metric: data points processed on a log x-axis, one line per
+  algorithm (median over seeds) with the min-max band over seeds;
+* ``summary.png``: the paper's figure layout, the task metric (accuracy or
+  MSE of the k largest losses) on the left, the dual gap on the right;
+* ``final_values.md``: median, min and max over seeds of the final values;
+
+and logs them as artifacts of a summary run (tag ``minimax_bench_report``)
+in the same experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPORT_TAG = "minimax_bench_report"
+CURVE_METRICS = ("dual_gap", "objective", "accuracy", "topk_mse", "max_loss", "theory_bound")
+TABLE_METRICS = ("dual_gap", "objective", "accuracy", "topk_mse", "max_loss",
+                 "data_points", "rounds", "wall_time_s")
+LABELS = {
+    "dual_gap": "certified dual gap",
+    "objective": "objective (avg top-k loss, scaled)",
+    "accuracy": "training accuracy",
+    "topk_mse": "MSE of the k largest losses",
+    "max_loss": "largest loss",
+    "theory_bound": "theoretical gap bound",
+}
+LOG_Y = {"dual_gap", "theory_bound", "topk_mse"}
+
+
+@dataclass
+class Curves:
+    """Metric histories of one algorithm: ``seed -> metric -> (steps, values)``."""
+
+    runs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+
+
+def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str, Curves]:
+    """Finished game runs of ``experiment`` grouped by their ``algorithm`` tag."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise SystemExit(f"minimax-bench-report: error: no experiment named {experiment!r} "
+                         f"in {client.tracking_uri}.")
+    runs = client.search_runs([exp.experiment_id], filter_string=filter_string,
+                              max_results=5000)
+    grouped: dict[str, Curves] = defaultdict(Curves)
+    for run in runs:
+        tags = run.data.tags
+        if REPORT_TAG in tags or "algorithm" not in tags or run.info.status != "FINISHED":
+            continue
+        histories = {}
+        for key in run.data.metrics:
+            history = sorted(client.get_metric_history(run.info.run_id, key),
+                             key=lambda m: m.step)
+            histories[key] = (np.array([m.step for m in history], dtype=float),
+                              np.array([m.value for m in history], dtype=float))
+        label = f"{tags['algorithm']} s{tags.get('seed', '?')} {run.info.run_id[:8]}"
+        grouped[tags["algorithm"]].runs[label] = histories
+    if not grouped:
+        raise SystemExit(f"minimax-bench-report: error: no finished game runs in experiment "
+                         f"{experiment!r}" + (f" matching {filter_string!r}" if filter_string
+                                              else "") + ".")
+    return dict(grouped)
+
+
+def band(curves: Curves, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps common to every run of the algorithm, and the median/min/max there."""
+    series = [h[metric] for h in curves.runs.values() if metric in h]
+    if not series:
+        return (np.empty(0),) * 4
+    steps = series[0][0]
+    for s, _ in series[1:]:
+        steps = np.intersect1d(steps, s)
+    values = np.array([v[np.searchsorted(s, steps)] for s, v in series])
+    return steps, np.median(values, axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def _draw(ax, grouped: dict[str, Curves], metric: str) -> bool:
+    drawn = False
+    for algorithm in sorted(grouped):
+        steps, med, lo, hi = band(grouped[algorithm], metric)
+        if steps.size == 0:
+            continue
+        n_seeds = sum(metric in h for h in grouped[algorithm].runs.values())
+        line, = ax.plot(steps, med, label=f"{algorithm} ({n_seeds} seeds)")
+        ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
+        drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        if metric in LOG_Y:
+            ax.set_yscale("log")
+        ax.set_xlabel("data points processed")
+        ax.set_ylabel(LABELS.get(metric, metric))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    return drawn
+
+
+def figures(grouped: dict[str, Curves], out: Path, title: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for metric in CURVE_METRICS:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        if _draw(ax, grouped, metric):
+            ax.set_title(f"{title}: {LABELS.get(metric, metric)}")
+            fig.tight_layout()
+            path = out / f"{metric}.png"
+            fig.savefig(path, dpi=120)
+            written.append(path)
+        plt.close(fig)
+    task = "accuracy" if any("accuracy" in h for c in grouped.values() for h in c.runs.values()) \
+        else "topk_mse"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    _draw(left, grouped, task)
+    _draw(right, grouped, "dual_gap")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = out / "summary.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def final_table(grouped: dict[str, Curves]) -> str:
+    """Markdown table: median [min, max] over seeds of each metric's last value."""
+    present = [m for m in TABLE_METRICS
+               if any(m in h for c in grouped.values() for h in c.runs.values())]
+    lines = ["| algorithm | seeds | " + " | ".join(present) + " |",
+             "|---|---|" + "---|" * len(present)]
+    for algorithm in sorted(grouped):
+        runs = grouped[algorithm].runs.values()
+        cells = []
+        for metric in present:
+            last = np.array([h[metric][1][-1] for h in runs if metric in h])
+            cells.append("" if last.size == 0 else
+                         f"{np.median(last):.4g} [{last.min():.4g}, {last.max():.4g}]")
+        lines.append(f"| {algorithm} | {len(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\nmedian [min, max] over seeds of the value at the last " \
+                              "checkpoint.\n"
+
+
+def log_summary_run(uri: str | None, experiment: str, files: Sequence[Path]) -> str:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    run = client.create_run(exp.experiment_id, tags={REPORT_TAG: "1"},
+                            run_name=f"report-{experiment}")
+    for path in files:
+        client.log_artifact(run.info.run_id, str(path))
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="minimax-bench-report",
+                                     description=__doc__.split("\n\n")[0].strip("`: "))
+    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI",
+                                                                 "sqlite:///mlflow.db"))
+    parser.add_argument("--experiment", default="minimax-bench")
+    parser.add_argument("--filter", default="", help="MLflow search filter, e.g. "
+                        "\"tags.dataset = 'boston'\"")
+    parser.add_argument("--out", default="report", help="output folder")
+    parser.add_argument("--title", default=None)
+    parser.add_argument("--no-log", action="store_true", help="do not log a summary run")
+    args = parser.parse_args(argv)
+    grouped = load(args.tracking_uri, args.experiment, args.filter)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = figures(grouped, out, args.title or args.experiment)
+    table = out / "final_values.md"
+    table.write_text(f"# {args.title or args.experiment}\n\n" + final_table(grouped))
+    files.append(table)
+    print(table.read_text())
+    print(f"wrote {len(files)} files to {out}/")
+    if not args.no_log:
+        run_id = log_summary_run(args.tracking_uri, args.experiment, files)
+        print(f"logged as artifacts of run {run_id} in experiment {args.experiment!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
