@@ -65,6 +65,17 @@ def summary(prepared: Any, metrics: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def interrupted(prepared: Any) -> str:
+    game = prepared.context.state.get("game")
+    done = game.state.rounds if game is not None else 0
+    text = f"minimax-bench: interrupted after checkpoint at round {done:,}"
+    handle = prepared.context.state.get("mlflow")
+    if handle is not None:
+        text += (f"; MLflow run {handle['run_id']} is marked KILLED with the checkpoints "
+                 "logged so far")
+    return text
+
+
 def task(cfg: DictConfig) -> float | None:
     """One game from a composed config; returns the final certified gap (for sweepers)."""
     try:
@@ -75,6 +86,11 @@ def task(cfg: DictConfig) -> float | None:
     bar = _progress_bar(bool(cfg.get("progress", True)), prepared.horizon)
     try:
         metrics = play(prepared, None if bar is None else lambda t: bar.update(t - bar.n))
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        print(interrupted(prepared), file=sys.stderr)
+        raise SystemExit(130) from None
     finally:
         if bar is not None:
             bar.close()

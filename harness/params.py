@@ -129,7 +129,7 @@ def validate(owner: str, table: Mapping[str, Param], given: Mapping[str, Any]) -
         if value is None and spec.nullable:
             continue
         if not _allowed(value, spec, values):
-            raise ConfigError(_message(owner, name, spec, values, value))
+            raise ConfigError(_message(owner, name, spec, values, given.get(name, value)))
     return values
 
 

@@ -69,9 +69,22 @@ def make_plugin_manager(
     if load_entrypoints:
         _load_entrypoints(pm)
     for plugin in extra:
-        pm.register(plugin)
+        pm.register(plugin, name=_plugin_name(pm, plugin))
     pm.check_pending()
     return pm
+
+
+def _plugin_name(pm: pluggy.PluginManager, plugin: Any) -> str:
+    """A readable, unique name for a plugin object or module (errors name plugins by it)."""
+    base = getattr(plugin, "__name__", None)
+    if not isinstance(base, str):
+        cls = type(plugin)
+        base = f"{cls.__module__}.{cls.__qualname__}"
+    name, i = base, 1
+    while pm.get_plugin(name) is not None or pm.is_blocked(name):
+        i += 1
+        name = f"{base}#{i}"
+    return name
 
 
 def _load_entrypoints(pm: pluggy.PluginManager) -> None:

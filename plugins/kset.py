@@ -37,7 +37,14 @@ def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, n
     log_w = np.ascontiguousarray(log_w, dtype=np.float64)
     if log_w.size * kappa <= 1.0 + 1e-12:  # the set is the single point 1/n
         return np.full(log_w.size, 1.0 / log_w.size), np.ones(log_w.size, dtype=bool)
-    return _capped_kl_projection(log_w, kappa)
+    q, capped, feasible = _capped_kl_projection(log_w, kappa)
+    if not feasible:
+        raise ValueError(
+            f"The KL projection onto caps {kappa:.6g} needs more than {int(1 / kappa)} rows "
+            f"with positive weight; got {int(np.sum(np.isfinite(log_w)))} "
+            "(zero weights and gamma = 0?)."
+        )
+    return q, capped
 
 
 @njit(cache=True)
@@ -46,29 +53,36 @@ def _capped_kl_projection(log_w, kappa):  # pragma: no cover - compiled
     capped = np.zeros(n, dtype=np.bool_)
     m = 0
     log_kappa = np.log(kappa)
-    log_lam = 0.0
+    # exponents are formed relative to the largest uncapped log-weight, so their
+    # rounding error does not grow with the weights' magnitude
+    top = -np.inf
+    shift = 0.0
     while True:
         top = -np.inf
         for i in range(n):
             if not capped[i] and log_w[i] > top:
                 top = log_w[i]
+        if top == -np.inf:  # every uncapped weight is zero: no projection exists
+            return np.zeros(n), capped, False
         total = 0.0
         for i in range(n):
             if not capped[i]:
                 total += np.exp(log_w[i] - top)
-        log_lam = np.log1p(-m * kappa) - np.log(total) - top
+        shift = np.log1p(-m * kappa) - np.log(total)
+        # a row at the cap up to rounding is left uncapped (same q either way),
+        # so m * kappa never passes 1 by rounding (e.g. kappa = 1/4 + 6e-17)
         grew = False
         for i in range(n):
-            if not capped[i] and log_w[i] + log_lam > log_kappa:
+            if not capped[i] and (log_w[i] - top) + shift > log_kappa + 1e-12:
                 capped[i] = True
                 m += 1
                 grew = True
-        if not grew:
+        if not grew or m * kappa >= 1.0:
             break
     q = np.empty(n)
     for i in range(n):
-        q[i] = kappa if capped[i] else np.exp(log_w[i] + log_lam)
-    return q, capped
+        q[i] = kappa if capped[i] else np.exp((log_w[i] - top) + shift)
+    return q, capped, True
 
 
 @njit(cache=True)
