@@ -164,6 +164,14 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
                     context, registry)
 
 
+def _merge(results: Iterable[Mapping[str, float] | None]) -> dict[str, float]:
+    merged: dict[str, float] = {}
+    for result in results:
+        if result:
+            merged.update({k: float(v) for k, v in result.items()})
+    return merged
+
+
 def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Play a prepared game, firing the event hooks; a failure or interrupt
     ends the tracked run as FAILED or KILLED with its checkpoints kept."""
@@ -176,6 +184,8 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
         prepared.checkpoints,
         on_checkpoint=lambda step, m: hook.on_checkpoint(context=context, step=step, metrics=m),
         progress=progress,
+        extra_metrics=lambda w_bar, losses: _merge(
+            hook.checkpoint_metrics(context=context, w_bar=w_bar, losses=losses)),
     )
     context.state["game"] = game
     status = "FAILED"

@@ -69,6 +69,7 @@ class Game:
         checkpoints: np.ndarray,
         on_checkpoint: Callable[[int, dict[str, float]], None] = lambda step, m: None,
         progress: Callable[[int], None] | None = None,
+        extra_metrics: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None = None,
     ) -> None:
         self.parts = parts
         self.horizon = horizon
@@ -76,6 +77,7 @@ class Game:
         self.checkpoints = checkpoints
         self.on_checkpoint = on_checkpoint
         self.progress = progress
+        self.extra_metrics = extra_metrics
         self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
 
     def play(self) -> dict[str, float]:
@@ -151,6 +153,8 @@ class Game:
         bound = theory_bound(pp, wp, t)
         if bound is not None:
             metrics["theory_bound"] = bound
+        if self.extra_metrics is not None:
+            metrics.update(self.extra_metrics(w_bar, losses))
         state.last_metrics = metrics
         return metrics
 

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from harness.context import RunContext
 
 PROJECT = "minimax_bench"
@@ -66,6 +68,19 @@ def on_run_start(context: RunContext) -> None:
     before the first round. ``context.params`` holds the resolved config and
     every theory-derived parameter; ``context.tags`` the run's tags.
     A tracker may store its handle in ``context.state``."""
+
+
+@hookspec
+def checkpoint_metrics(
+    context: RunContext, w_bar: np.ndarray, losses: np.ndarray
+) -> Mapping[str, float] | None:
+    """Called at each checkpoint, before ``on_checkpoint``, to add metrics.
+
+    ``w_bar`` is the average iterate, ``losses`` its per-row losses scaled to
+    [0, 1] (unclipped) over the whole data set; the game and its components are
+    ``context.state["game"]``. Return a mapping of extra metrics (or None);
+    all returned mappings are merged into the checkpoint's metrics.
+    """
 
 
 @hookspec
