@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,12 @@ def summary(prepared: Any, metrics: dict[str, float]) -> str:
         ("accuracy", metrics.get("accuracy")),
         (f"MSE of the {k} largest losses", metrics.get("topk_mse")),
         ("theory bound", metrics.get("theory_bound")),
+        ("suboptimality (objective - OPT)", metrics.get("suboptimality")),
     ]
     lines += [f"  {label:<36} {value:.6g}" for label, value in rows if value is not None]
+    opt_text = _opt_text(prepared.context.params)
+    if opt_text:
+        lines.append(f"  {'exact optimum OPT':<36} {opt_text}")
     lines.append(f"  {'data points processed':<36} {int(metrics.get('data_points', 0)):,} "
                  f"in {int(metrics.get('rounds', 0)):,} rounds, "
                  f"{metrics.get('wall_time_s', 0.0):.1f} s")
@@ -63,6 +68,30 @@ def summary(prepared: Any, metrics: dict[str, float]) -> str:
             lines.append(f"  open it at:    {uri.rstrip('/')}/#/experiments/"
                          f"{handle['experiment_id']}/runs/{handle['run_id']}")
     return "\n".join(lines)
+
+
+def _opt_text(params: dict[str, Any]) -> str | None:
+    """OPT and where it came from, or why it is unavailable (None: not asked for)."""
+    status = params.get("opt_status")
+    if status is None:
+        return None
+    if "opt" in params:
+        return f"{params['opt']:.6g} ({params['opt_solver']}, {status})"
+    return f"unavailable ({status}): {params.get('opt_message', '')}"
+
+
+def sweep_record() -> dict[str, Any]:
+    """What a sweep-level callback left for the jobs in ``<sweep dir>/sweep.json`` (or {})."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return {}
+    path = Path(hc.sweep.dir) / "sweep.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def interrupted(prepared: Any) -> str:
@@ -83,6 +112,7 @@ def task(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         print(f"minimax-bench: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    prepared.context.state["sweep"] = sweep_record()
     bar = _progress_bar(bool(cfg.get("progress", True)), prepared.horizon)
     try:
         metrics = play(prepared, None if bar is None else lambda t: bar.update(t - bar.n))
@@ -91,6 +121,9 @@ def task(cfg: DictConfig) -> float | None:
             bar.close()
         print(interrupted(prepared), file=sys.stderr)
         raise SystemExit(130) from None
+    except ConfigError as err:  # a plugin's own config block, checked at run start
+        print(f"minimax-bench: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     finally:
         if bar is not None:
             bar.close()

@@ -65,7 +65,7 @@ def _bound_text(bound: float | str | None, values: Mapping[str, Any], inf: str) 
     if bound is None:
         return inf
     if isinstance(bound, str):
-        return f"{bound}={values.get(bound)}"
+        return f"{bound}={values[bound]}" if values.get(bound) is not None else bound
     return f"{bound:g}" if isinstance(bound, float) else str(bound)
 
 
