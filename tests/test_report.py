@@ -1,0 +1,73 @@
+"""The report command on the output of a real multirun (Hydra + MLflow, no mocks)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness import report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A 2-algorithm x 2-seed sweep in a temporary SQLite store."""
+    where = tmp_path_factory.mktemp("sweep")
+    uri = f"sqlite:///{where}/mlflow.db"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "--multirun", "p_player=exp4mp,ftrl", "seed=0,1",
+         "budget=6000", "checkpoints=6", "constraint.k=10", f"tracking.uri={uri}",
+         "tracking.experiment=tiny", f"hydra.sweep.dir={where}/multirun"],
+        cwd=where, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return where, uri
+
+
+def test_report_writes_figures_and_table_and_logs_them(sweep, capsys):
+    where, uri = sweep
+    out = where / "report"
+    assert report.main(["--tracking-uri", uri, "--experiment", "tiny", "--out", str(out)]) == 0
+    for name in ("dual_gap", "objective", "accuracy", "max_loss", "theory_bound", "summary"):
+        data = (out / f"{name}.png").read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000, name
+    table = (out / "final_values.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| exp4mp") or
+            line.startswith("| ftrl")]
+    assert len(rows) == 2 and all("| 2 |" in row for row in rows)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("tiny")
+    logged = [r for r in client.search_runs([exp.experiment_id])
+              if r.data.tags.get(report.REPORT_TAG) == "1"]
+    assert len(logged) == 1
+    names = {a.path for a in client.list_artifacts(logged[0].info.run_id)}
+    assert {"dual_gap.png", "summary.png", "final_values.md"} <= names
+    # a second report ignores the first report's run and the sweep's parent run
+    grouped = report.load(uri, "tiny")
+    assert sorted(grouped) == ["exp4mp", "ftrl"]
+    assert all(len(c.runs) == 2 for c in grouped.values())
+
+
+def test_table_values_are_the_median_min_max_of_the_last_checkpoints(sweep):
+    _, uri = sweep
+    grouped = report.load(uri, "tiny")
+    finals = np.array([h["dual_gap"][1][-1] for h in grouped["exp4mp"].runs.values()])
+    table = report.final_table(grouped)
+    row = next(line for line in table.splitlines() if line.startswith("| exp4mp"))
+    assert (f"{np.median(finals):.4g} [{finals.min():.4g}, {finals.max():.4g}]") in row
+    steps, med, lo, hi = report.band(grouped["exp4mp"], "dual_gap")
+    assert steps[-1] == 6000 and np.all(lo <= med) and np.all(med <= hi)
+
+
+def test_report_on_a_missing_experiment_says_so(tmp_path):
+    with pytest.raises(SystemExit, match="no experiment named 'nope'"):
+        report.main(["--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--experiment", "nope",
+                     "--out", str(tmp_path / "r")])
