@@ -18,7 +18,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 from harness.api import build, package_version, play, prepare, run  # noqa: E402
 from harness.context import RunContext  # noqa: E402
 from harness.game import GuardError  # noqa: E402
-from harness.params import ConfigError, Param  # noqa: E402
+from harness.params import ConfigError, Param, SetupError  # noqa: E402
 from harness.protocols import Proposal  # noqa: E402
 from harness.registry import PluginError, Registry, make_plugin_manager  # noqa: E402
 
@@ -30,6 +30,7 @@ __all__ = [
     "Proposal",
     "Registry",
     "RunContext",
+    "SetupError",
     "build",
     "hookimpl",
     "make_plugin_manager",

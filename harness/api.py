@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import pickle
+import signal
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
 
+from harness import state
 from harness.context import RunContext
 from harness.game import Components, Game, checkpoint_rounds
 from harness.params import ConfigError, Param, check
 from harness.registry import Registry, default_registry, make_plugin_manager
 
 TOP_LEVEL = {"constraint", "p_player", "w_player", "model", "dataset",
-             "budget", "seed", "checkpoints", "tracking", "progress"}
+             "budget", "seed", "checkpoints", "tracking", "progress", "reference",
+             "resume", "state_dir"}
 
 
 def package_version() -> str:
@@ -112,6 +119,9 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
         raise ConfigError(f"The 'n' parameter of {c_name} is set by the data set "
                           f"(n={n}); remove it from the config.")
     constraint = make("constraint_set", "constraint", c_name, c_params, n=n)
+    # optional: a set whose caps read the data set's columns (alphaset) binds to it here
+    bind = getattr(constraint, "bind", None)
+    bound = bind(dataset) if bind is not None else None
 
     p_name, p_params = _group(conf, "p_player")
     p_player = make("p_player", "p_player", p_name, p_params)
@@ -140,7 +150,7 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     n_cp = check("the game", "checkpoints", Param(int, low=1), conf.get("checkpoints", 30))
     horizon = budget // per_round
 
-    derived: dict[str, Any] = {}
+    derived: dict[str, Any] = {f"constraint.{k}": v for k, v in (bound or {}).items()}
     derived.update({f"model.{k}": v for k, v in model.setup(dataset, w_player.radius).items()})
     derived.update({f"p_player.{k}": v
                     for k, v in p_player.setup(constraint, horizon).items()})
@@ -177,28 +187,68 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
     ends the tracked run as FAILED or KILLED with its checkpoints kept."""
     hook = prepared.registry.pm.hook
     context = prepared.context
+    saved = state.load(prepared) if context.config.get("resume") else None
+    if saved is not None:
+        prepared.parts = saved["parts"]
+        context.state["resume"] = saved["resume"]
+        context.state["resumed_from_round"] = saved["state"].rounds
+
+    saving = [True]
+
+    def checkpoint(step: int, metrics: dict[str, float]) -> None:
+        hook.on_checkpoint(context=context, step=step, metrics=metrics)
+        if saving[0]:
+            try:
+                state.save(prepared, game)
+            except (pickle.PicklingError, AttributeError, TypeError) as err:
+                saving[0] = False
+                warnings.warn(f"The game state cannot be saved ({err}); this run cannot be "
+                              "resumed if it is interrupted.", RuntimeWarning, stacklevel=2)
+
     game = Game(
         prepared.parts,
         prepared.horizon,
-        np.random.default_rng(prepared.seed),
+        saved["rng"] if saved else np.random.default_rng(prepared.seed),
         prepared.checkpoints,
-        on_checkpoint=lambda step, m: hook.on_checkpoint(context=context, step=step, metrics=m),
+        on_checkpoint=checkpoint,
         progress=progress,
         extra_metrics=lambda w_bar, losses: _merge(
             hook.checkpoint_metrics(context=context, w_bar=w_bar, losses=losses)),
     )
+    if saved is not None:
+        game.state = saved["state"]
     context.state["game"] = game
     status = "FAILED"
     try:
-        hook.on_run_start(context=context)
-        metrics = game.play()
+        with _sigterm_as_interrupt():
+            hook.on_run_start(context=context)
+            metrics = game.play()
         status = "FINISHED"
+        state.discard(prepared)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         hook.on_run_end(context=context, status=status, metrics=game.state.last_metrics)
     return metrics
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's or ``kill``'s stop) ends the run like Ctrl-C: KILLED,
+    checkpoints kept. Only the main thread can install signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(

@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.api import play, prepare
-from harness.params import ConfigError
+from harness.params import ConfigError, SetupError
 
 
 def config_dir() -> str:
@@ -52,6 +52,9 @@ def summary(prepared: Any, metrics: dict[str, float]) -> str:
     opt_text = _opt_text(prepared.context.params)
     if opt_text:
         lines.append(f"  {'exact optimum OPT':<36} {opt_text}")
+    resumed = prepared.context.state.get("resumed_from_round")
+    if resumed is not None:
+        lines.append(f"  {'resumed from round':<36} {resumed:,}")
     lines.append(f"  {'data points processed':<36} {int(metrics.get('data_points', 0)):,} "
                  f"in {int(metrics.get('rounds', 0)):,} rounds, "
                  f"{metrics.get('wall_time_s', 0.0):.1f} s")
@@ -97,7 +100,8 @@ def sweep_record() -> dict[str, Any]:
 def interrupted(prepared: Any) -> str:
     game = prepared.context.state.get("game")
     done = game.state.rounds if game is not None else 0
-    text = f"minimax-bench: interrupted after checkpoint at round {done:,}"
+    text = (f"minimax-bench: interrupted; its state at round {done:,} (the last checkpoint) "
+            "is saved: run the same command with resume=true to continue")
     handle = prepared.context.state.get("mlflow")
     if handle is not None:
         text += (f"; MLflow run {handle['run_id']} is marked KILLED with the checkpoints "
@@ -116,14 +120,16 @@ def task(cfg: DictConfig) -> float | None:
     bar = _progress_bar(bool(cfg.get("progress", True)), prepared.horizon)
     try:
         metrics = play(prepared, None if bar is None else lambda t: bar.update(t - bar.n))
+    except (ConfigError, SetupError) as err:
+        if bar is not None:
+            bar.close()
+        print(f"minimax-bench: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
         print(interrupted(prepared), file=sys.stderr)
         raise SystemExit(130) from None
-    except ConfigError as err:  # a plugin's own config block, checked at run start
-        print(f"minimax-bench: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
     finally:
         if bar is not None:
             bar.close()

@@ -98,9 +98,14 @@ class Game:
             Xb, yb = X[rows], y[rows]
             w = wp.w
             losses = losses_of(w, Xb, yb)
+            if not (losses.min() >= 0.0 and losses.max() <= 1.0):  # False on NaN too
+                self._bad_losses(t, w, rows, losses)
             weights = observe(losses)
             if weights is None:
                 weights = prop.weights
+            if not math.isfinite(weights.sum()):
+                raise GuardError(f"p-player '{parts.names.get('p_player')}' gave non-finite "
+                                 f"batch weights at round {t}: {weights!r}.")
             step(grad_of(w, Xb, yb, weights))
             if prop.action_rows is None:
                 a_sum[rows] += prop.weights
@@ -157,6 +162,17 @@ class Game:
             metrics.update(self.extra_metrics(w_bar, losses))
         state.last_metrics = metrics
         return metrics
+
+    def _bad_losses(self, t: int, w: np.ndarray, rows: np.ndarray, losses: np.ndarray) -> None:
+        names = self.parts.names
+        if not np.all(np.isfinite(w)):
+            raise GuardError(f"w-player '{names.get('w_player')}' produced a non-finite "
+                             f"iterate before round {t}.")
+        bad = int(np.flatnonzero(~((losses >= 0.0) & (losses <= 1.0)))[0])
+        raise GuardError(
+            f"model '{names.get('model')}' gave loss {losses[bad]!r} for row {int(rows[bad])} "
+            f"at round {t}; losses handed to the players must be finite and in [0, 1]."
+        )
 
     def _guard(self, w_bar: np.ndarray, p: np.ndarray) -> None:
         names = self.parts.names

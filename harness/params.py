@@ -22,6 +22,11 @@ class ConfigError(ValueError):
     """A configuration value is invalid; raised before any run starts."""
 
 
+class SetupError(RuntimeError):
+    """Something a run needs is unavailable (e.g. its tracking server); raised
+    before the first round."""
+
+
 _TYPE_WORDS = {int: "an int", float: "a float", str: "a str", bool: "a bool"}
 
 

@@ -6,6 +6,12 @@ Config (``tracking`` in ``conf/config.yaml``): ``enabled``, ``uri`` (default
 with ``step`` = data points processed. mlflow is imported only here, and only
 when tracking is enabled (the import costs about a second).
 
+Faults: an unreachable tracking server stops a run before it computes
+anything; a server that fails mid-run does not lose checkpoints: they are
+buffered (in memory and in ``<state_dir>/pending-<run id>.jsonl``), sent when
+it answers again, and left in that file for ``python -m
+plugins.mlflow_tracking replay FILE`` if it never does.
+
 A Hydra multirun gets one parent run: ``SweepCallback.on_multirun_start``
 creates the experiment and the parent run once, in the launching process,
 and writes their ids to ``<sweep dir>/sweep.json``; every job (in any
@@ -17,7 +23,10 @@ could drop runs into the Default experiment.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +37,9 @@ import harness
 
 SWEEP_FILE = "sweep.json"
 
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 _MAX_PARAMS_PER_BATCH = 100
 _MAX_PARAM_LEN = 6000
 
@@ -50,17 +62,46 @@ def _experiment_id(client, name: str) -> str:
         return found.experiment_id
 
 
+def _client(uri: str | None):
+    """An MlflowClient that gives up on an unreachable server within seconds:
+    a checkpoint is then buffered instead of stalling the game for minutes of
+    retries (explicit MLFLOW_HTTP_REQUEST_* settings of the user win)."""
+    for key, value in _HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _probe(uri: str) -> None:
+    """Refuse to start when a tracking server is unreachable (before any computing)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10):
+            pass
+    except OSError as err:
+        raise harness.SetupError(
+            f"The MLflow tracking server at {uri} is unreachable ({err}). Start it, or run "
+            "with tracking.uri=sqlite:///mlflow.db (a local store) or tracking.enabled=false."
+        ) from err
+
+
 @harness.hookimpl
 def on_run_start(context):
     settings = _settings(context)
     if settings is None:
         return
     from mlflow.entities import Param
-    from mlflow.tracking import MlflowClient
 
-    uri = settings.get("uri") or None
-    client = MlflowClient(tracking_uri=uri)
+    client = _client(settings.get("uri") or None)
+    _probe(client.tracking_uri)
     name = settings.get("experiment") or "minimax-bench"
+    resumed = (context.state.get("resume") or {}).get("mlflow")
+    if resumed and resumed["uri"] == client.tracking_uri:
+        client.update_run(resumed["run_id"], status="RUNNING")
+        context.state["mlflow"] = {**resumed, "client": client, "pending": []}
+        return
     tags = dict(context.tags)
     sweep = (context.state.get("sweep") or {}).get("mlflow")
     if sweep and sweep["uri"] == client.tracking_uri and sweep["experiment"] == name:
@@ -70,8 +111,9 @@ def on_run_start(context):
         experiment_id = _experiment_id(client, name)
     run = client.create_run(experiment_id, tags=tags, run_name=settings.get("run_name") or None)
     run_id = run.info.run_id
-    context.state["mlflow"] = {"client": client, "run_id": run_id,
-                               "experiment_id": experiment_id, "uri": client.tracking_uri}
+    ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
+    context.state["mlflow"] = {**ids, "client": client, "pending": []}
+    context.state.setdefault("resume", {})["mlflow"] = ids  # saved with the game state
     params = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in sorted(context.params.items())]
     try:
         for start in range(0, len(params), _MAX_PARAMS_PER_BATCH):
@@ -83,16 +125,63 @@ def on_run_start(context):
         raise
 
 
+def _pending_file(context, handle) -> Path:
+    folder = Path(context.config.get("state_dir") or ".minimax-bench")
+    return folder / f"pending-{handle['run_id']}.jsonl"
+
+
+def _flush(handle) -> None:
+    """Send buffered records in order; stop at the first failure (kept for later)."""
+    from mlflow.entities import Metric
+
+    client, pending = handle["client"], handle["pending"]
+    while pending:
+        record = pending[0]
+        if "status" in record:
+            client.set_terminated(handle["run_id"], status=record["status"])
+        else:
+            batch = [Metric(k, v, record["timestamp"], record["step"])
+                     for k, v in record["metrics"].items()]
+            client.log_batch(handle["run_id"], metrics=batch)
+        pending.pop(0)
+
+
+def _buffer(context, handle, record: dict, err: Exception) -> None:
+    path = _pending_file(context, handle)
+    if not handle["pending"]:
+        print(f"minimax-bench: the tracking store {handle['uri']} failed ({err!r}); "
+              f"checkpoints are kept in {path} and sent when it answers again.",
+              file=sys.stderr)
+    handle["pending"].append(record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"uri": handle["uri"], "run_id": handle["run_id"], **r})
+             for r in handle["pending"]]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _send(context, handle, record: dict) -> None:
+    had_pending = bool(handle["pending"])
+    handle["pending"].append(record)
+    try:
+        _flush(handle)
+    except Exception as err:  # noqa: BLE001 - any transport or server error
+        handle["pending"].pop()
+        _buffer(context, handle, record, err)
+        return
+    if had_pending:
+        _pending_file(context, handle).unlink(missing_ok=True)
+        print(f"minimax-bench: the tracking store {handle['uri']} answers again; "
+              "buffered checkpoints were sent.", file=sys.stderr)
+
+
 @harness.hookimpl
 def on_checkpoint(context, step: int, metrics: Mapping[str, float]):
     handle = context.state.get("mlflow")
     if handle is None:
         return
-    from mlflow.entities import Metric
-
-    now = int(time.time() * 1000)
-    batch = [Metric(k, float(v), now, int(step)) for k, v in metrics.items()]
-    handle["client"].log_batch(handle["run_id"], metrics=batch)
+    record = {"step": int(step), "timestamp": int(time.time() * 1000),
+              "metrics": {k: float(v) for k, v in metrics.items()}}
+    _send(context, handle, record)
 
 
 @harness.hookimpl
@@ -100,7 +189,25 @@ def on_run_end(context, status: str, metrics: Mapping[str, Any]):
     handle = context.state.get("mlflow")
     if handle is None:
         return
-    handle["client"].set_terminated(handle["run_id"], status=status)
+    _send(context, handle, {"status": status})
+    if handle["pending"]:
+        path = _pending_file(context, handle)
+        print(f"minimax-bench: {len(handle['pending'])} record(s) of run {handle['run_id']} "
+              f"could not be sent to {handle['uri']}; they are kept in {path}. Send them "
+              f"with:  python -m plugins.mlflow_tracking replay {path}", file=sys.stderr)
+
+
+def replay(path: str | Path) -> int:
+    """Send a pending file's records (checkpoints, then the final status) to their run."""
+    path = Path(path)
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not records:
+        return 0
+    handle = {"client": _client(records[0]["uri"]), "run_id": records[0]["run_id"],
+              "pending": records}
+    _flush(handle)
+    path.unlink()
+    return len(records)
 
 
 class SweepCallback(Callback):
@@ -111,9 +218,8 @@ class SweepCallback(Callback):
         tracking = config.get("tracking") or {}
         if not tracking.get("enabled", False):
             return
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=tracking.get("uri") or None)
+        client = _client(tracking.get("uri") or None)
+        _probe(client.tracking_uri)
         name = tracking.get("experiment") or "minimax-bench"
         experiment_id = _experiment_id(client, name)
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -135,7 +241,11 @@ class SweepCallback(Callback):
         path = Path(config.hydra.sweep.dir) / SWEEP_FILE
         if not path.is_file():
             return
-        from mlflow.tracking import MlflowClient
-
         record = json.loads(path.read_text())["mlflow"]
-        MlflowClient(tracking_uri=record["uri"]).set_terminated(record["parent_run_id"])
+        _client(record["uri"]).set_terminated(record["parent_run_id"])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "replay":
+        sys.exit("usage: python -m plugins.mlflow_tracking replay PENDING_FILE")
+    print(f"sent {replay(sys.argv[2])} record(s)")

@@ -165,8 +165,12 @@ def test_cli_multirun_over_seeds(run_cli, shared_store, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("certified dual gap") == 2
 
-    runs = runs_in(shared_store, "cli-multirun")
+    everything = runs_in(shared_store, "cli-multirun")
+    parents = [r for r in everything if r.data.tags.get("minimax_bench_sweep") == "1"]
+    assert len(parents) == 1  # the sweep's parent run
+    runs = [r for r in everything if r is not parents[0]]
     assert len(runs) == 2
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parents[0].info.run_id}
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
     assert (tmp_path / "multirun").is_dir()
