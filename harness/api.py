@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import state
+from harness import state, stream
 from harness.context import RunContext
 from harness.game import Components, Game, checkpoint_rounds
 from harness.params import ConfigError, Param, check
@@ -66,15 +66,22 @@ def check_dataset(name: str, dataset: Any) -> None:
     if getattr(y, "shape", None) != (X.shape[0],):
         raise ConfigError(f"The data set '{name}' must provide y of shape ({X.shape[0]},). "
                           f"Got shape {getattr(y, 'shape', None)} instead.")
+    step = stream.chunk_rows(X.shape[1])  # X may be a memmap larger than memory
     for label, a in (("X", X), ("y", y)):
-        bad = ~np.isfinite(np.asarray(a, dtype=np.float64))
-        if bad.any():
-            where = np.argwhere(bad)[0]
-            value = np.asarray(a)[tuple(where)]
-            at = f"row {where[0]}" + (f", column {where[1]}" if len(where) > 1 else "")
+        first, count = None, 0
+        for start in range(0, X.shape[0], step):
+            block = np.asarray(a[start:start + step])
+            bad = ~np.isfinite(np.asarray(block, dtype=np.float64))
+            count += int(np.count_nonzero(bad))
+            if first is None and count:
+                where = np.argwhere(bad)[0]
+                first = (start + where[0], where[1:], block[tuple(where)])
+        if first is not None:
+            row, col, value = first
+            at = f"row {row}" + (f", column {col[0]}" if len(col) else "")
             raise ConfigError(f"The data set '{name}' must contain only finite numbers. "
                               f"Got {value!r} in {label} at {at} "
-                              f"({int(bad.sum())} non-finite value(s) in all).")
+                              f"({count} non-finite value(s) in all).")
     if dataset.task not in ("classification", "regression"):
         raise ConfigError(f"The data set '{name}' must declare task 'classification' or "
                           f"'regression'. Got {dataset.task!r} instead.")
@@ -187,7 +194,8 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
     ends the tracked run as FAILED or KILLED with its checkpoints kept."""
     hook = prepared.registry.pm.hook
     context = prepared.context
-    saved = state.load(prepared) if context.config.get("resume") else None
+    state_file = state.path_for(prepared)
+    saved = state.load(state_file, prepared) if context.config.get("resume") else None
     if saved is not None:
         prepared.parts = saved["parts"]
         context.state["resume"] = saved["resume"]
@@ -199,7 +207,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
         hook.on_checkpoint(context=context, step=step, metrics=metrics)
         if saving[0]:
             try:
-                state.save(prepared, game)
+                state.save(state_file, prepared, game)
             except (pickle.PicklingError, AttributeError, TypeError) as err:
                 saving[0] = False
                 warnings.warn(f"The game state cannot be saved ({err}); this run cannot be "
@@ -224,7 +232,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
             hook.on_run_start(context=context)
             metrics = game.play()
         status = "FINISHED"
-        state.discard(prepared)
+        state.discard(state_file)
     except KeyboardInterrupt:
         status = "KILLED"
         raise

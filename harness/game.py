@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.gap import certified_min
+from harness import stream
 from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
 
 
@@ -132,16 +132,16 @@ class Game:
         t = state.rounds
         w_bar = wp.w_bar
         self._guard(w_bar, pp.p)
-        losses = model.raw_losses(w_bar, X, y) / model.scale_
+        losses = stream.raw_losses(model, w_bar, X, y) / model.scale_
         objective, _ = parts.constraint.lmo(losses)
         a_bar = state.a_sum / t
         support = np.flatnonzero(a_bar)
-        Xs, ys, As = X[support], y[support], a_bar[support]
-        inner = certified_min(
-            lambda v: model.value_and_grad(v, Xs, ys, As),
+        inner = stream.certified_inner_min(
+            model, X, y, support, a_bar[support],
             state.inner_w if state.inner_w is not None else w_bar,
             wp.radius,
             lipschitz=state.inner_lipschitz,
+            seed=t,
         )
         state.inner_w, state.inner_lipschitz = inner.w, inner.lipschitz
         metrics = {
@@ -170,8 +170,9 @@ class Game:
                              f"iterate before round {t}.")
         bad = int(np.flatnonzero(~((losses >= 0.0) & (losses <= 1.0)))[0])
         raise GuardError(
-            f"model '{names.get('model')}' gave loss {losses[bad]!r} for row {int(rows[bad])} "
-            f"at round {t}; losses handed to the players must be finite and in [0, 1]."
+            f"model '{names.get('model')}' gave loss {float(losses[bad])!r} for row "
+            f"{int(rows[bad])} at round {t}; losses handed to the players must be finite "
+            "and in [0, 1]."
         )
 
     def _guard(self, w_bar: np.ndarray, p: np.ndarray) -> None:

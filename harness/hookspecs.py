@@ -38,7 +38,9 @@ Register = Callable[[type], None]
 def register_constraint_sets(register: Register) -> None:
     """Register constraint-set classes (``harness.protocols.ConstraintSet``).
 
-    Called once when the registry is built. Examples: ``simplex``, ``kset``.
+    Called once when the registry is built. Examples: ``simplex``, ``kset``,
+    ``alphaset``. A set that reads the data set defines ``bind(dataset)``,
+    which ``harness.prepare`` calls right after building it.
     """
 
 
@@ -67,7 +69,10 @@ def on_run_start(context: RunContext) -> None:
     """Called once per game after every component is built and validated,
     before the first round. ``context.params`` holds the resolved config and
     every theory-derived parameter; ``context.tags`` the run's tags.
-    A tracker may store its handle in ``context.state``."""
+    A tracker may store its handle in ``context.state``. A plugin that adds
+    parameters to be recorded (e.g. the exact optimum ``opt``) implements this
+    hook with ``tryfirst=True``, so that trackers see them; the game and its
+    components are ``context.state["game"]``."""
 
 
 @hookspec

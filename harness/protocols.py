@@ -58,12 +58,19 @@ class ConstraintSet(Protocol):
         ...
 
     def sample(self, p: np.ndarray, rng: np.random.Generator) -> Any:
-        """Draw an extreme point of ``K`` whose mean is ``p`` (as row indices)."""
+        """Draw a point of ``K`` whose mean is ``p``: k distinct row indices
+        (k-set, ``P[i in rows] = k p_i``), or ``(rows, multiplicities)`` with
+        distinct rows and ``E[m_i] = k p_i`` (alpha-set, action ``m / k``)."""
         ...
 
     def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:
         """Whether ``p`` lies in ``K`` up to ``atol``."""
         ...
+
+    # Optional: ``bind(dataset) -> dict[str, float] | None``, called by
+    # ``harness.prepare`` right after the set is built, for sets that read the
+    # data set (the alpha-set's caps from a column); the returned values are
+    # recorded as ``constraint.<key>`` parameters.
 
 
 @runtime_checkable
@@ -104,6 +111,10 @@ class PPlayer(Protocol):
 
     # Optional: ``suggest_w_lr(radius, grad_bound, horizon) -> float`` gives the
     # w-player's step when the algorithm pairs the two (S-AFL).
+    # A player whose batch weights depend on the losses (ru_sgd's
+    # ``1[L_i > tau] / (alpha b)``) returns them from ``observe``; the game then
+    # uses them instead of ``Proposal.weights``, and ``a_t`` must be given by
+    # ``Proposal.action_rows``/``action_values``.
 
 
 @runtime_checkable
@@ -172,10 +183,19 @@ class Model(Protocol):
     def task_metrics(self, w: np.ndarray, X: np.ndarray, y: np.ndarray, k: int) -> dict[str, float]:
         ...
 
+    # Optional: ``cvx_raw_losses(w, X, y)``, the raw losses as a cvxpy
+    # expression of the flat parameter variable ``w`` (same layout as the numpy
+    # ``w``); with it the exact optimum OPT can be computed (plugins.optimum).
+
 
 @runtime_checkable
 class Dataset(Protocol):
-    """Features ``X`` (n x d, in [0, 1]), targets ``y``, task kind and provenance."""
+    """Features ``X`` (n x d, in [0, 1]), targets ``y``, task kind and provenance.
+
+    ``X`` may be larger than memory: a ``numpy.memmap``, or any object with
+    ``shape``, ``ndim`` and ``dtype`` whose ``X[rows]`` (an index array) and
+    ``X[a:b]`` return arrays (``plugins.files``). The game reads the rows a
+    player asks for and, at checkpoints, row chunks (``harness.stream``)."""
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
@@ -185,3 +205,8 @@ class Dataset(Protocol):
     n_classes: int
     default_model: str
     provenance: Mapping[str, str]
+
+    # Optional: ``columns: dict[str, np.ndarray]``, named per-row columns that
+    # are not features (group labels, prior scores; length n each), read by
+    # e.g. the alpha-set's caps; ``group_column: str | None``, the column whose
+    # groups get per-group metrics (``group_loss.<group>``, ``worst_group_loss``).

@@ -22,16 +22,23 @@ from harness.params import ConfigError, validate
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.kset",
+    "plugins.alphaset",
     "plugins.simplex",
     "plugins.exp4mp",
     "plugins.exp_ix",
+    "plugins.exp_ix_m",
     "plugins.ftrl",
     "plugins.safl",
     "plugins.adacvar",
     "plugins.uniform",
+    "plugins.ru_sgd",
     "plugins.ogd",
     "plugins.models",
     "plugins.datasets",
+    "plugins.files",
+    "plugins.group_data",
+    "plugins.group_metrics",
+    "plugins.reference",
     "plugins.mlflow_tracking",
 )
 

@@ -8,7 +8,10 @@ Reads every finished game run of the experiment (any MLflow tracking URI),
 groups them by algorithm (tag ``algorithm``), and writes
 
 * one PNG per metric: data points processed on a log x-axis, one line per
-  algorithm (median over seeds) with the min-max band over seeds;
+  algorithm (median over seeds) with the min-max band over seeds; the
+  objective's figure draws the exact optimum (param ``opt``, where the runs
+  computed it) as a dashed horizontal line, and ``suboptimality.png`` plots
+  ``objective - OPT``;
 * ``summary.png``: the paper's figure layout, the task metric (accuracy or
   MSE of the k largest losses) on the left, the dual gap on the right;
 * ``final_values.md``: median, min and max over seeds of the final values;
@@ -30,8 +33,10 @@ from pathlib import Path
 import numpy as np
 
 REPORT_TAG = "minimax_bench_report"
-CURVE_METRICS = ("dual_gap", "objective", "accuracy", "topk_mse", "max_loss", "theory_bound")
-TABLE_METRICS = ("dual_gap", "objective", "accuracy", "topk_mse", "max_loss",
+CURVE_METRICS = ("dual_gap", "objective", "suboptimality", "accuracy", "topk_mse", "max_loss",
+                 "theory_bound")
+TABLE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality",
+                 "accuracy", "topk_mse", "max_loss",
                  "data_points", "rounds", "wall_time_s")
 LABELS = {
     "dual_gap": "certified dual gap",
@@ -40,8 +45,10 @@ LABELS = {
     "topk_mse": "MSE of the k largest losses",
     "max_loss": "largest loss",
     "theory_bound": "theoretical gap bound",
+    "suboptimality": "suboptimality (objective - OPT)",
+    "relative_suboptimality": "relative suboptimality",
 }
-LOG_Y = {"dual_gap", "theory_bound", "topk_mse"}
+LOG_Y = {"dual_gap", "theory_bound", "topk_mse", "suboptimality"}
 
 
 @dataclass
@@ -49,6 +56,8 @@ class Curves:
     """Metric histories of one algorithm: ``seed -> metric -> (steps, values)``."""
 
     runs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    #: the exact optimum of each run's problem (param ``opt``), where it was computed
+    opt: dict[str, float] = field(default_factory=dict)
 
 
 def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str, Curves]:
@@ -75,6 +84,8 @@ def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str,
                               np.array([m.value for m in history], dtype=float))
         label = f"{tags['algorithm']} s{tags.get('seed', '?')} {run.info.run_id[:8]}"
         grouped[tags["algorithm"]].runs[label] = histories
+        if "opt" in run.data.params:
+            grouped[tags["algorithm"]].opt[label] = float(run.data.params["opt"])
     if not grouped:
         raise SystemExit(f"minimax-bench-report: error: no finished game runs in experiment "
                          f"{experiment!r}" + (f" matching {filter_string!r}" if filter_string
@@ -101,9 +112,15 @@ def _draw(ax, grouped: dict[str, Curves], metric: str) -> bool:
         if steps.size == 0:
             continue
         n_seeds = sum(metric in h for h in grouped[algorithm].runs.values())
+        if metric in LOG_Y:  # a value <= 0 has no place on a log axis: leave a gap
+            med, lo, hi = (np.where(v > 0, v, np.nan) for v in (med, lo, hi))
         line, = ax.plot(steps, med, label=f"{algorithm} ({n_seeds} seeds)")
         ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
         drawn = True
+    if drawn and metric == "objective":
+        for value in reference_lines(grouped):
+            ax.axhline(value, color="black", linestyle="--", linewidth=1,
+                       label=f"OPT = {value:.6g}")
     if drawn:
         ax.set_xscale("log")
         if metric in LOG_Y:
@@ -113,6 +130,16 @@ def _draw(ax, grouped: dict[str, Curves], metric: str) -> bool:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     return drawn
+
+
+def reference_lines(grouped: dict[str, Curves]) -> list[float]:
+    """The distinct exact optima (param ``opt``) of the runs, one per problem."""
+    values = sorted({v for c in grouped.values() for v in c.opt.values()})
+    distinct: list[float] = []
+    for v in values:  # runs of one problem share one cached value; keep one per problem
+        if not distinct or not np.isclose(v, distinct[-1], rtol=1e-9, atol=0.0):
+            distinct.append(v)
+    return distinct
 
 
 def figures(grouped: dict[str, Curves], out: Path, title: str) -> list[Path]:

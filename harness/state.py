@@ -30,16 +30,16 @@ def key(params: dict[str, Any]) -> str:
 
 def path_for(prepared: Any) -> Path | None:
     """``<state_dir>/state-<key>.pkl``; None when the config sets no ``state_dir``
-    (the CLI's config always does; the Python API saves nothing unless asked)."""
+    (the CLI's config always does; the Python API saves nothing unless asked).
+    Take it before the run starts: plugins may add parameters at run start."""
     folder = prepared.context.config.get("state_dir")
     if not folder:
         return None
     return Path(folder) / f"state-{key(prepared.context.params)}.pkl"
 
 
-def save(prepared: Any, game: Any) -> None:
+def save(path: Path | None, prepared: Any, game: Any) -> None:
     """Write the state atomically (a crash while writing keeps the previous one)."""
-    path = path_for(prepared)
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,9 +56,8 @@ def save(prepared: Any, game: Any) -> None:
     os.replace(tmp, path)
 
 
-def load(prepared: Any) -> dict[str, Any] | None:
+def load(path: Path | None, prepared: Any) -> dict[str, Any] | None:
     """The saved state of this config, with the data set put back, or None."""
-    path = path_for(prepared)
     if path is None or not path.is_file():
         return None
     with open(path, "rb") as f:
@@ -69,7 +68,6 @@ def load(prepared: Any) -> dict[str, Any] | None:
     return record
 
 
-def discard(prepared: Any) -> None:
-    path = path_for(prepared)
+def discard(path: Path | None) -> None:
     if path is not None:
         path.unlink(missing_ok=True)

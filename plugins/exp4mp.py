@@ -1,4 +1,5 @@
-"""OL-EXP.4M's p-player: EXP4.MP on the k-set (paper, Algorithm 2; Vural et al. 2019)."""
+"""OL-EXP.4M's p-player: EXP4.MP on the k-set (paper, Algorithm 2; Vural et al. 2019)
+and on the alpha-set (Appendix F)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,21 @@ class Exp4MP:
     Defaults (Theorem 4.1): ``gamma = sqrt(n log(n/k) / (k T))``,
     ``eta = k gamma / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``.
     Per round: O(n) (the dense confidence update and the projection).
+
+    On the alpha-set ``K_alpha`` (paper, Appendix F) the draw is a multiset:
+    distinct rows with multiplicities ``m_i``, ``E[m_i] = k p_i``
+    (``plugins.alphaset.multiset_round``). Feedback is semi-bandit on the
+    distinct rows, ``L_hat_i = m_i L_i / (k p_i)`` (unbiased because ``E[m_i] =
+    k p_i``; the sampled confidence term is ``m_i / (k p_i)`` likewise), the
+    w-player's batch weights and the action are ``m_i / k``, and each distinct
+    row counts once as a data point. The paper proves no guarantee for
+    EXP4.MP on ``K_alpha``: the defaults stay Theorem 4.1's with the set's k,
+    and ``regret_bound`` is None unless every ``k alpha_i = 1`` (then the set
+    is ``S_{n,k}`` and the draw has DepRound's law).
     """
 
     name: ClassVar[str] = "exp4mp"
-    constraints: ClassVar[tuple[str, ...] | None] = ("kset",)
+    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "alphaset")
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: k gamma / (2n)"),
@@ -77,6 +89,7 @@ class Exp4MP:
         self.eta_ = self.eta if self.eta is not None else k * gamma / (2 * n)
         self.c_ = self.c if self.c is not None else math.sqrt(k * math.log(n / self.delta))
         self.conf_ = self.c_ / math.sqrt(n * T)
+        self.proven_ = bool(getattr(constraint, "is_kset", True))
         self.log_w_ = np.zeros(n)
         self._refresh()
         return {"eta": self.eta_, "gamma": self.gamma_, "c": self.c_, "delta": self.delta}
@@ -92,7 +105,11 @@ class Exp4MP:
 
     def propose(self, rng: np.random.Generator) -> Proposal:
         k = self.constraint_.k
-        self.rows_ = self.constraint_.sample(self.p_, rng)
+        draw = self.constraint_.sample(self.p_, rng)
+        if isinstance(draw, tuple):  # a multiset: (distinct rows, multiplicities)
+            self.rows_, self.mult_ = draw
+            return Proposal(self.rows_, self.mult_ / k)
+        self.rows_, self.mult_ = draw, None
         return Proposal(self.rows_, np.full(k, 1.0 / k))
 
     def observe(self, losses: np.ndarray) -> None:
@@ -101,18 +118,25 @@ class Exp4MP:
         free = ~self.capped_[rows]
         sampled = rows[free]
         gain = self.eta_ * losses[free] * inv_kp[sampled]
+        mult = None if self.mult_ is None else self.mult_[free]
+        if mult is not None:
+            gain *= mult
         if self.confidence == "all":
             uncapped = ~self.capped_
             self.log_w_[uncapped] += (self.eta_ * self.conf_) * inv_kp[uncapped]
         else:
-            gain += (self.eta_ * self.conf_) * inv_kp[sampled]
+            gain += (self.eta_ * self.conf_) * (
+                inv_kp[sampled] if mult is None else mult * inv_kp[sampled])
         self.log_w_[sampled] += gain
         self.log_w_ -= self.log_w_.max()
         self._refresh()
         return None
 
     def regret_bound(self, rounds: int) -> float | None:
-        """Theorem D.2: ``2 sqrt(knT log(n/delta)) + 4 sqrt(knT log(n/k)) + k log(n/delta)``."""
+        """Theorem D.2: ``2 sqrt(knT log(n/delta)) + 4 sqrt(knT log(n/k)) + k log(n/delta)``
+        (None on an alpha-set other than the k-set: no guarantee is proven there)."""
+        if not self.proven_:
+            return None
         n, k, T = self.constraint_.n, self.constraint_.k, rounds
         a = math.log(n / self.delta)
         return 2 * math.sqrt(k * n * T * a) + 4 * math.sqrt(k * n * T * math.log(n / k)) + k * a

@@ -22,10 +22,14 @@ class FTRL:
 
     Default ``eta = sqrt(log(n/k) / T)`` (Appendix E.2's theorem), whose
     regret bound is ``log(n/k) / eta + eta T = 2 sqrt(T log(n/k))``. Per round O(n d).
+
+    ``log(n/k)`` is the entropy's range over ``S_{n,k}``; on the alpha-set the
+    range is at most ``log(n max_i alpha_i)`` (``H(p) >= -log max_i p_i``), which
+    takes its place (equal to ``log(n/k)`` when every ``alpha_i = 1/k``).
     """
 
     name: ClassVar[str] = "ftrl"
-    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex")
+    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex", "alphaset")
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(log(n/k) / T)"),
@@ -40,7 +44,9 @@ class FTRL:
     def setup(self, constraint, horizon: int) -> dict[str, float]:
         n, k = constraint.n, constraint.k
         self.constraint_ = constraint
-        log_ratio = math.log(n / k)
+        max_alpha = getattr(constraint, "max_alpha", None)  # alpha-set: the largest cap
+        log_ratio = math.log(n / k) if max_alpha is None else math.log(n * max_alpha)
+        self.log_ratio_ = log_ratio
         self.eta_ = self.eta if self.eta is not None else (
             math.sqrt(log_ratio / horizon) if log_ratio > 0 else 1.0)
         self.log_w_ = np.zeros(n)
@@ -61,9 +67,9 @@ class FTRL:
         self.p_ = self.constraint_.project(self.log_w_, 0.0, log_domain=True)
 
     def regret_bound(self, rounds: int) -> float | None:
-        """``log(n/k) / eta + eta T``; ``2 sqrt(T log(n/k))`` at the default eta."""
-        n, k = self.constraint_.n, self.constraint_.k
-        return math.log(n / k) / self.eta_ + self.eta_ * rounds
+        """``log(n/k) / eta + eta T``; ``2 sqrt(T log(n/k))`` at the default eta
+        (``log(n max_i alpha_i)`` in place of ``log(n/k)`` on the alpha-set)."""
+        return self.log_ratio_ / self.eta_ + self.eta_ * rounds
 
 
 @harness.hookimpl

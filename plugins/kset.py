@@ -144,6 +144,42 @@ def depround(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return rows
 
 
+def systematic_rows(kp: np.ndarray, k: int, u: float) -> np.ndarray:
+    """Systematic (Madow 1949) sampling: the rows whose cumulative ``kp``
+    crosses one of ``u, u + 1, ..., u + k - 1`` for one offset ``u`` in [0, 1).
+
+    With ``kp = k p`` summing to k and every ``kp_i <= 1``, each row's interval
+    ``[cum_{i-1}, cum_i)`` has length at most 1 and so holds at most one of the
+    k points: exactly k distinct rows, and ``P[i in S] = kp_i`` when ``u`` is
+    uniform. Rows come in index order. O(n) (one cumulative sum).
+    """
+    cum = np.cumsum(kp)
+    rows = np.searchsorted(cum, u + np.arange(k), side="right")
+    return np.minimum(rows, kp.size - 1)
+
+
+def systematic(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k distinct rows with ``P[i in S] = k p_i`` for ``p`` in ``S_{n,k}`` by
+    systematic sampling (``systematic_rows``): one uniform draw from ``rng``.
+
+    Same marginals as DepRound; the joint law differs (two rows whose
+    intervals lie within one unit of the cumulative sum, such as neighbours
+    with small ``k p_i``, are never drawn together), which estimators built on
+    the marginals, as the bandits' are, do not see. A row repeated by rounding (an
+    interval longer than 1 by an ulp, probability about 1e-16 per draw)
+    redraws the offset.
+    """
+    kp = np.asarray(p, dtype=np.float64) * k
+    for _ in range(4):
+        rows = systematic_rows(kp, k, rng.random())
+        if np.all(np.diff(rows) > 0):
+            return rows
+    raise ValueError(
+        f"Systematic sampling did not give k={k} distinct rows: p must lie in S_n,k "
+        f"(sum p = {float(np.sum(p))!r}, max p = {float(np.max(p))!r})."
+    )
+
+
 def capped_simplex_euclidean(v: np.ndarray, cap: float) -> np.ndarray:
     """Euclidean projection of ``v`` onto ``{0 <= p_i <= cap, sum p = 1}``.
 
@@ -175,8 +211,9 @@ class KSet:
     params: ClassVar[dict[str, Param]] = {
         "n": Param(int, low=1, doc="number of rows (set by the data set)"),
         "k": Param(int, default=20, low=1, high="n", doc="rows per extreme point"),
-        "sampler": Param(str, default="depround", choices=("depround",),
-                         doc="how an extreme point with mean p is drawn"),
+        "sampler": Param(str, default="depround", choices=("depround", "systematic"),
+                         doc="how an extreme point with mean p is drawn: DepRound "
+                             "(Algorithm 5) or systematic sampling (Madow), same marginals"),
     }
 
     def __init__(self, n: int, k: int = 20, sampler: str = "depround") -> None:
@@ -215,6 +252,8 @@ class KSet:
         return capped_simplex_euclidean(v, 1.0 / self.k)
 
     def sample(self, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.sampler == "systematic":
+            return systematic(p, self.k, rng)
         return depround(p, self.k, rng)
 
     def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:

@@ -204,7 +204,7 @@ def replay(path: str | Path) -> int:
     if not records:
         return 0
     handle = {"client": _client(records[0]["uri"]), "run_id": records[0]["run_id"],
-              "pending": records}
+              "pending": list(records)}
     _flush(handle)
     path.unlink()
     return len(records)

@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 import harness
-from harness import Param
+from harness import Param, stream
 
 _SCALE = Param(float, low=0.0, low_open=True, nullable=True,
                doc="divide losses by this; None: the proven bound (no clipping)")
@@ -109,8 +109,14 @@ class LinearMSE(_ScaledLoss):
         g = 2.0 * weights * r
         return float(weights @ (r * r)), np.append(g @ X, g.sum())
 
+    def cvx_raw_losses(self, w, X, y):
+        """``raw_losses`` as a cvxpy expression of the parameter variable ``w``."""
+        import cvxpy as cp
+
+        return cp.square(X @ w[:-1] + w[-1] - y)
+
     def task_metrics(self, w, X, y, k):
-        raw = self.raw_losses(w, X, y)
+        raw = stream.raw_losses(self, w, X, y)
         top = np.partition(raw, raw.size - k)[raw.size - k:]
         return {"topk_mse": float(top.mean()), "max_loss": float(raw.max()),
                 "mean_loss": float(raw.mean())}
@@ -156,10 +162,23 @@ class LogisticCEL(_ScaledLoss):
         logp, G = self._dz(w, X, y, weights)
         return float(-(weights @ logp[np.arange(y.size), y])), self._pack(G, X)
 
+    def cvx_raw_losses(self, w, X, y):
+        """``raw_losses`` as a cvxpy expression of the parameter variable ``w``
+        (``log sum_c exp z_c - z_y``, an exponential-cone expression)."""
+        import cvxpy as cp
+
+        W = cp.reshape(w, (self.C_, self.d_ + 1), order="C")
+        Z = X @ W[:, :-1].T + np.ones((X.shape[0], 1)) @ W[:, -1:].T
+        return cp.log_sum_exp(Z, axis=1) - cp.sum(cp.multiply(np.eye(self.C_)[y], Z), axis=1)
+
     def task_metrics(self, w, X, y, k):
-        z = self._logits(w, X)
-        raw = -log_softmax(z)[np.arange(y.size), y]
-        return {"accuracy": float(np.mean(np.argmax(z, axis=1) == y)),
+        raw, hits = [], 0
+        for Xc, yc in stream.row_chunks(X, y):  # X may be larger than memory
+            z = self._logits(w, Xc)
+            raw.append(-log_softmax(z)[np.arange(yc.size), yc])
+            hits += int(np.count_nonzero(np.argmax(z, axis=1) == yc))
+        raw = np.concatenate(raw)
+        return {"accuracy": hits / y.size,
                 "max_loss": float(raw.max()), "mean_loss": float(raw.mean())}
 
 

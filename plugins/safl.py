@@ -32,10 +32,14 @@ class StochasticAFL:
     argument) instead of Table 4's constants, which bound unscaled losses.
     The guarantee (Mohri et al., Theorem 2) holds in expectation,
     ``3 R_Lambda sqrt((sigma_lambda^2 + G_lambda^2) / T)`` for the lambda part.
+
+    On the alpha-set, ``S`` is the multiset sampler's draw: its distinct rows
+    with weights ``m_i / k`` (still unbiased, ``E[m_i] = k lambda_i``), so a
+    round evaluates at most 2k rows; the projection is onto ``K_alpha``.
     """
 
     name: ClassVar[str] = "safl"
-    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex")
+    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex", "alphaset")
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="lambda step size; None: Appendix E.3"),
@@ -71,13 +75,17 @@ class StochasticAFL:
         K = self.constraint_
         for_w = K.sample(self.lam_, rng)
         self.for_lambda_ = rng.choice(K.n, size=K.k, replace=False)
+        weights = self.w_weights_
+        if isinstance(for_w, tuple):  # a multiset: (distinct rows, multiplicities)
+            for_w, mult = for_w
+            weights = np.concatenate((mult / K.k, self.w_weights_[K.k:]))
         rows = np.concatenate((for_w, self.for_lambda_))
-        return Proposal(rows, self.w_weights_, self.all_rows_, self.lam_)
+        return Proposal(rows, weights, self.all_rows_, self.lam_)
 
     def observe(self, losses: np.ndarray) -> None:
         K = self.constraint_
         step = np.zeros(K.n)
-        step[self.for_lambda_] = (self.eta_ * K.n / K.k) * losses[K.k:]
+        step[self.for_lambda_] = (self.eta_ * K.n / K.k) * losses[-K.k:]
         self.lam_ = K.euclidean_project(self.lam_ + step)
 
     def regret_bound(self, rounds: int) -> float | None:

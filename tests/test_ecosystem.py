@@ -65,6 +65,20 @@ def test_example_plugin_package_is_used_by_name(example_plugin, tmp_path):
     assert "two_moons  [plugin example, package minimax-bench-example-plugin]" in listed
 
 
+def test_example_plugin_passes_the_contract_suite(example_plugin, tmp_path):
+    (tmp_path / "test_contract.py").write_text("from harness.contract import *  # noqa\n")
+    env = _env(PYTHONPATH=str(example_plugin), MINIMAX_BENCH_CONTRACT_PLUGINS="example")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path / "test_contract.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "epsilon_greedy-kset" in subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+         str(tmp_path / "test_contract.py")], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=600).stdout
+    assert " passed" in done.stdout and "exp4mp" not in done.stdout
+
+
 def test_autoload_can_be_disabled(example_plugin, monkeypatch):
     monkeypatch.syspath_prepend(str(example_plugin))
     assert "epsilon_greedy" in harness.Registry(harness.make_plugin_manager()).names("p_player")

@@ -1,0 +1,476 @@
+"""The alpha-set ``K_alpha = {p : 0 <= p_i <= alpha_i, sum p = 1}`` with
+``k alpha_i`` in ``{1, ..., k}`` (paper, Appendix F, eq. (alpha-Set)).
+
+Per-row caps let rows be treated heterogeneously: by subgroup, by a prior
+confidence that a row is an outlier, or by any per-row column. Caps are given
+in units of ``1/k`` (``c_i = k alpha_i``); with every ``c_i = 1`` the set is the
+k-set ``S_{n,k}``. Appendix F shows that the extreme points of ``K_alpha`` have
+``k p`` integer (Corollary F.2), i.e. they are multisets of size k (samples
+*with* replacement, Section F.2); it gives no sampler and no bandit. This
+module supplies the set's oracle, its KL projection mixed with the uniform
+distribution (Algorithm 4 with per-row caps), its Euclidean projection and a
+multiset sampler with ``E[m_i] = k p_i``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numba import njit
+
+import harness
+from harness import ConfigError, Param
+from plugins.kset import _depround
+
+#: ways to give the caps ``k alpha_i`` (the keys of the ``caps`` mapping)
+CAP_SOURCES = ("rows", "file", "column", "by_group")
+
+
+# ---------------------------------------------------------------------------
+# numerics
+# ---------------------------------------------------------------------------
+
+
+def alpha_kl_projection(log_w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """KL (Bregman) projection of the weights ``exp(log_w)`` onto
+    ``{q : 0 <= q_i <= kappa_i, sum q = 1}``: Algorithm 4 (paper, Appendix C.2)
+    with a cap per row.
+
+    The KKT conditions of ``min sum q_i log(q_i / w_i)`` under the box and the
+    sum constraint give ``q_i = min(kappa_i, lam * w_i)`` with ``lam`` such that
+    ``sum q = 1``: every capped row sits at its own ``kappa_i``, every uncapped
+    row is ``w_i`` scaled by the common factor ``lam`` (Lemma C.2 (a) with
+    per-row caps). The capped rows are those with the largest ratio
+    ``w_i / kappa_i``. As in ``plugins.kset.capped_kl_projection`` the capped
+    set ``C`` is grown from empty: ``lam(C) = (1 - sum_C kappa_i) / sum_{i not
+    in C} w_i`` never exceeds ``lam*`` while ``C`` lies inside the optimal capped
+    set (``sum_i min(kappa_i, lam w_i)`` is below ``sum_C kappa_i + lam sum_{not
+    C} w_i``, both increasing in ``lam``), so every row with ``lam(C) w_i >
+    kappa_i`` is capped at the optimum too. Each pass is O(n); since every
+    ``kappa_i >= 1/k`` (for ``k <= n``) at most k rows are ever capped, so at
+    most k + 1 passes. Sums are relative to the largest uncapped log-weight,
+    so any dynamic range of the weights is safe.
+
+    Returns ``q`` and the boolean mask of capped rows.
+    """
+    log_w = np.ascontiguousarray(log_w, dtype=np.float64)
+    kappa = np.ascontiguousarray(kappa, dtype=np.float64)
+    q, capped, feasible = _alpha_kl_projection(log_w, kappa, np.log(kappa))
+    if not feasible:
+        raise ValueError(
+            f"The KL projection onto per-row caps (sum {float(kappa.sum()):.6g}) needs "
+            f"positive weight on rows whose caps reach 1; got "
+            f"{int(np.sum(np.isfinite(log_w)))} rows with positive weight "
+            "(zero weights and gamma = 0?)."
+        )
+    return q, capped
+
+
+@njit(cache=True)
+def _alpha_kl_projection(log_w, kappa, log_kappa):  # pragma: no cover - compiled
+    n = log_w.size
+    capped = np.zeros(n, dtype=np.bool_)
+    mass = 0.0  # sum of kappa_i over the capped rows
+    top = -np.inf
+    shift = 0.0
+    while True:
+        top = -np.inf
+        for i in range(n):
+            if not capped[i] and log_w[i] > top:
+                top = log_w[i]
+        if top == -np.inf:
+            if mass >= 1.0 - 1e-12:  # every row capped, the caps sum to 1
+                break
+            return np.zeros(n), capped, False
+        total = 0.0
+        for i in range(n):
+            if not capped[i]:
+                total += np.exp(log_w[i] - top)
+        rest = 1.0 - mass
+        shift = np.log(rest) - np.log(total) if rest > 0.0 else -np.inf
+        # a row at its cap up to rounding is left uncapped (same q either way)
+        grew = False
+        for i in range(n):
+            if not capped[i] and (log_w[i] - top) + shift > log_kappa[i] + 1e-12:
+                capped[i] = True
+                mass += kappa[i]
+                grew = True
+        if not grew:
+            break
+    q = np.empty(n)
+    for i in range(n):
+        q[i] = kappa[i] if capped[i] else np.exp((log_w[i] - top) + shift)
+    return q, capped, True
+
+
+def multiset_round(kp: np.ndarray, caps: np.ndarray, k: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The multiset sampler of ``K_alpha``: integer multiplicities ``m`` with
+    ``E[m_i] = k p_i``, ``sum m = k`` and ``m_i <= c_i = k alpha_i``, from
+    ``kp = k p`` (``p`` in ``K_alpha``).
+
+    Law: ``m_i = floor(k p_i) + B_i`` where ``B`` is DepRound (paper,
+    Algorithm 5) applied to the fractional parts ``f_i = k p_i - floor(k p_i)``,
+    which sum to the integer ``r = k - sum_i floor(k p_i)``: ``B`` selects r
+    distinct rows with ``P[B_i = 1] = f_i``, and its selections are negatively
+    correlated (Gandhi et al. 2006). So each ``m_i`` is
+    ``floor(k p_i)`` or ``ceil(k p_i)``, never above the integer cap ``c_i >= k
+    p_i``, and ``a = m / k`` is a point of ``K_alpha``. A row with integer
+    ``k p_i`` (e.g. at its cap) gets exactly ``k p_i`` every draw. ``k p`` is
+    clipped to ``[0, c]`` first so that rounding above a cap cannot make ``m_i``
+    exceed it.
+
+    Cost: O(n) time, compiled: one pass for the integer and fractional parts,
+    DepRound's pass (n uniforms drawn from ``rng``, at most n - 1 used), one
+    pass to collect the rows. Returns the distinct rows with ``m_i > 0`` (in
+    increasing order) and their multiplicities.
+    """
+    kp = np.ascontiguousarray(kp, dtype=np.float64)
+    rows, mult, r = _multiset_round(kp, caps, rng.random(kp.size), k)
+    if r < 0 or (rows.size and rows[0] < 0):
+        raise ValueError(
+            f"The multiset sampler needs k p to sum to k={k} (got sum "
+            f"{float(np.sum(kp)):.12g}, integer parts {k - r}): p must lie in the alpha-set."
+        )
+    return rows, mult
+
+
+@njit(cache=True)
+def _multiset_round(kp, caps, u, k):  # pragma: no cover - compiled
+    n = kp.size
+    m = np.empty(n, dtype=np.int64)
+    frac = np.empty(n)
+    total = 0
+    for i in range(n):
+        x = min(max(kp[i], 0.0), caps[i])
+        base = np.floor(x)
+        m[i] = int(base)
+        frac[i] = x - base
+        total += m[i]
+    r = k - total
+    if r < 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), r
+    if r > 0:
+        chosen = _depround(frac, u, r)
+        if chosen[0] < 0:
+            return np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64), r
+        for j in chosen:
+            m[j] += 1
+    count = 0
+    for i in range(n):
+        if m[i] > 0:
+            count += 1
+    rows = np.empty(count, dtype=np.int64)
+    mult = np.empty(count, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        if m[i] > 0:
+            rows[c] = i
+            mult[c] = m[i]
+            c += 1
+    return rows, mult, r
+
+
+def capped_simplex_euclidean_rows(v: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Euclidean projection of ``v`` onto ``{0 <= p_i <= a_i, sum p = 1}``
+    (``sum a >= 1``).
+
+    ``p_i = clip(v_i - tau, 0, a_i)`` where ``f(tau) = sum_i clip(v_i - tau, 0,
+    a_i)`` is piecewise linear and non-increasing with breakpoints ``v_i`` and
+    ``v_i - a_i``; f is evaluated at all 2n breakpoints from the prefix sums of
+    the sorted ``v`` and the sorted ``v - a``, and ``tau`` is interpolated on the
+    segment where f crosses 1 (``plugins.kset.capped_simplex_euclidean`` with a
+    cap per row). O(n log n), exact.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    n = v.size
+    u = np.sort(v)
+    low = np.sort(v - caps)
+    prefix_u = np.concatenate(([0.0], np.cumsum(u)))
+    prefix_low = np.concatenate(([0.0], np.cumsum(low)))
+    bps = np.sort(np.concatenate((low, u)))
+    i1 = np.searchsorted(u, bps, side="right")  # v_i > tau: contributes v_i - tau
+    i2 = np.searchsorted(low, bps, side="right")  # v_i - a_i > tau: at the cap
+    c1, c2 = n - i1, n - i2
+    f = (prefix_u[-1] - prefix_u[i1] - c1 * bps) - (prefix_low[-1] - prefix_low[i2] - c2 * bps)
+    j = max(int(np.searchsorted(-f, -1.0, side="right")) - 1, 0)  # f[0] = sum a >= 1
+    slope = c1[j] - c2[j]
+    tau = bps[j] + (f[j] - 1.0) / slope if slope > 0 else bps[j]
+    return np.clip(v - tau, 0.0, caps)
+
+
+# ---------------------------------------------------------------------------
+# caps from the config
+# ---------------------------------------------------------------------------
+
+
+def _rows_text(rows: np.ndarray, limit: int = 5) -> str:
+    shown = ", ".join(str(int(i)) for i in rows[:limit])
+    more = f", ... ({rows.size} rows in all)" if rows.size > limit else ""
+    return f"[{shown}{more}]"
+
+
+def check_caps(values: Any, n: int, k: int, source: str) -> np.ndarray:
+    """Validate caps ``c_i = k alpha_i``: n integers in [1, k] with ``sum c >= k``
+    (i.e. ``sum alpha_i >= 1``, implied by ``c_i >= 1`` when ``k <= n``); return
+    them as int64. Errors name the first offending rows."""
+    try:
+        c = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"The caps of alphaset ({source}) must be numbers k alpha_i, "
+                          f"one per row. Got {values!r:.200} instead.") from err
+    if c.size != n:
+        raise ConfigError(f"The caps of alphaset ({source}) must give one k alpha_i per row "
+                          f"(n={n}). Got {c.size} values instead.")
+    bad = np.flatnonzero(~np.isfinite(c) | (c != np.round(c)) | (c < 1) | (c > k))
+    if bad.size:
+        raise ConfigError(
+            f"The caps of alphaset ({source}) must be integers k alpha_i in [1, k={k}]. "
+            f"Got {c[bad[0]]:g} at row {int(bad[0])}; offending rows {_rows_text(bad)}."
+        )
+    caps = c.astype(np.int64)
+    if int(caps.sum()) < k:
+        raise ConfigError(
+            f"The caps of alphaset ({source}) must satisfy sum alpha_i >= 1, i.e. "
+            f"sum k alpha_i >= k={k}. Got sum k alpha_i = {int(caps.sum())} over n={n} rows."
+        )
+    return caps
+
+
+def read_caps_file(path: str, n: int, k: int) -> np.ndarray:
+    """Caps from a file: ``.npy``, or text with one number per line (``#`` comments)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"The caps file of alphaset was not found: {file.resolve()}.")
+    try:
+        values = np.load(file) if file.suffix == ".npy" else np.loadtxt(file, ndmin=1)
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"The caps file of alphaset could not be read as numbers: "
+                          f"{file.resolve()} ({err}).") from err
+    return check_caps(values, n, k, f"file {file}")
+
+
+def _dataset_column(dataset: Any, column: Any) -> np.ndarray:
+    columns = getattr(dataset, "columns", None) or {}
+    if not isinstance(column, str) or column not in columns:
+        raise ConfigError(
+            f"The caps of alphaset name the data-set column {column!r}; the data set "
+            f"'{getattr(dataset, 'name', '?')}' has columns {sorted(columns)}."
+        )
+    return np.asarray(columns[column])
+
+
+def caps_by_group(labels: np.ndarray, rule: Any, n: int, k: int) -> np.ndarray:
+    """Caps from a rule by group: ``{column, values: {group: k alpha}, default}``;
+    every group must have a value unless ``default`` is given."""
+    values = rule.get("values") or {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"caps.by_group.values of alphaset must map group -> k alpha_i. "
+                          f"Got {values!r} instead.")
+    by_text = {str(g): v for g, v in values.items()}
+    default = rule.get("default")
+    groups = [str(g) for g in np.unique(labels.astype(str))]
+    missing = [g for g in groups if g not in by_text]
+    if missing and default is None:
+        raise ConfigError(
+            f"caps.by_group of alphaset gives no k alpha_i for group(s) {missing} of column "
+            f"'{rule.get('column')}' (groups {groups}); add them to 'values' or set 'default'."
+        )
+    unknown = sorted(set(by_text) - set(groups))
+    if unknown:
+        raise ConfigError(f"caps.by_group.values of alphaset names group(s) {unknown} absent "
+                          f"from column '{rule.get('column')}' (groups {groups}).")
+    text = labels.astype(str)
+    caps = np.full(n, np.nan)
+    for group, value in [(None, default), *by_text.items()]:
+        if value is None:
+            continue
+        try:
+            caps[slice(None) if group is None else text == group] = float(value)
+        except (TypeError, ValueError) as err:
+            where = "default" if group is None else f"group {group!r}"
+            raise ConfigError(f"caps.by_group of alphaset must give integers k alpha_i. "
+                              f"Got {value!r} for {where}.") from err
+    return check_caps(caps, n, k, f"by_group on column '{rule.get('column')}'")
+
+
+def parse_caps(spec: Any) -> tuple[str | None, Any]:
+    """``(source, argument)`` of a ``caps`` config value (None: every cap 1)."""
+    if spec is None:
+        return None, None
+    if not isinstance(spec, Mapping) or len(spec) != 1 or next(iter(spec)) not in CAP_SOURCES:
+        raise ConfigError(
+            "The 'caps' parameter of alphaset must be None or a mapping with exactly one "
+            f"of the keys {list(CAP_SOURCES)}. Got {spec!r:.200} instead."
+        )
+    source, arg = next(iter(spec.items()))
+    if source == "by_group":
+        if not isinstance(arg, Mapping) or not isinstance(arg.get("column"), str):
+            raise ConfigError("caps.by_group of alphaset must be a mapping with a 'column' "
+                              f"name and 'values'. Got {arg!r} instead.")
+        extra = sorted(set(arg) - {"column", "values", "default"})
+        if extra:
+            raise ConfigError(f"Unknown key(s) {extra} in caps.by_group of alphaset. "
+                              "Allowed keys: ['column', 'default', 'values'].")
+    if source in ("file", "column") and not isinstance(arg, str):
+        raise ConfigError(f"caps.{source} of alphaset must be a str. Got {arg!r} instead.")
+    return source, arg
+
+
+# ---------------------------------------------------------------------------
+# the constraint set
+# ---------------------------------------------------------------------------
+
+
+class AlphaSet:
+    """``K_alpha``: row i's weight is capped at ``alpha_i = c_i / k``.
+
+    ``caps`` (one of): None (every ``c_i = 1``: the k-set), ``{rows: [...]}``
+    (n integers), ``{file: path}`` (``.npy`` or one number per line),
+    ``{column: name}`` (a column of the data set's ``columns``), or
+    ``{by_group: {column: name, values: {group: c}, default: c}}``. Caps that
+    read the data set are resolved by ``bind(dataset)``, which the harness
+    calls right after building the set.
+    """
+
+    name: ClassVar[str] = "alphaset"
+    params: ClassVar[dict[str, Param]] = {
+        "n": Param(int, low=1, doc="number of rows (set by the data set)"),
+        "k": Param(int, default=20, low=1, high="n",
+                   doc="multiset size; caps are k alpha_i in {1, ..., k}"),
+        "caps": Param(dict, default=None, nullable=True,
+                      doc="k alpha_i per row: None (all 1), {rows}, {file}, {column} "
+                          "or {by_group: {column, values, default}}"),
+    }
+
+    def __init__(self, n: int, k: int = 20, caps: Mapping[str, Any] | None = None) -> None:
+        self.n = n
+        self.k = k
+        self.caps = caps
+        self.source_, arg = parse_caps(caps)
+        self.caps_: np.ndarray | None = None
+        if self.source_ is None:
+            self._set_caps(np.ones(n, dtype=np.int64))
+        elif self.source_ == "rows":
+            self._set_caps(check_caps(arg, n, k, "rows"))
+        elif self.source_ == "file":
+            self._set_caps(read_caps_file(arg, n, k))
+
+    def _set_caps(self, caps: np.ndarray) -> None:
+        self.caps_ = caps
+        self.alpha_ = caps / self.k
+        self.kappa_cache_: tuple[float, np.ndarray] | None = None
+
+    def bind(self, dataset: Any) -> dict[str, float]:
+        """Read caps that come from the data set's columns; return summary values
+        of the caps (logged as ``constraint.*`` parameters)."""
+        if self.source_ == "column":
+            self._set_caps(check_caps(_dataset_column(dataset, self.caps["column"]),
+                                      self.n, self.k, f"column '{self.caps['column']}'"))
+        elif self.source_ == "by_group":
+            rule = self.caps["by_group"]
+            labels = _dataset_column(dataset, rule["column"])
+            self._set_caps(caps_by_group(labels, rule, self.n, self.k))
+        caps = self._caps()
+        return {"sum_alpha": float(caps.sum()) / self.k, "max_k_alpha": int(caps.max()),
+                "rows_k_alpha_above_1": int(np.count_nonzero(caps > 1))}
+
+    def _caps(self) -> np.ndarray:
+        if self.caps_ is None:
+            raise RuntimeError(
+                f"alphaset caps from caps.{self.source_} are read from the data set: call "
+                "bind(dataset) first (harness.prepare does)."
+            )
+        return self.caps_
+
+    @property
+    def alpha(self) -> np.ndarray:
+        """The caps ``alpha_i = c_i / k``."""
+        self._caps()
+        return self.alpha_
+
+    @property
+    def max_alpha(self) -> float:
+        return float(self._caps().max()) / self.k
+
+    @property
+    def is_kset(self) -> bool:
+        """Every ``k alpha_i = 1``: the set is ``S_{n,k}`` and the sampler is DepRound."""
+        return bool(np.all(self._caps() == 1))
+
+    def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
+        """``max_{p in K_alpha} <losses, p>``: fill the largest losses up to their
+        caps until the mass is 1. Every cap is at least 1/k, so only the k
+        largest losses can receive mass: O(n) selection plus O(k log k) sort.
+        The argmax has ``k p`` integer (a multiset vertex, Corollary F.2)."""
+        caps = self._caps()
+        n, k = self.n, self.k
+        top = np.argpartition(losses, n - k)[n - k:]
+        rank = np.argsort(-losses[top], kind="stable")
+        c = caps[top][rank]
+        before = np.cumsum(c) - c
+        take = np.empty(k)
+        take[rank] = np.clip(k - before, 0, c)
+        p = np.zeros(n)
+        p[top] = take / k
+        return float(np.sum(losses[top] * take) / k), p
+
+    def kappa(self, gamma: float) -> np.ndarray:
+        """Per-row caps before mixing, ``(alpha_i - gamma/n) / (1 - gamma)``
+        (Line 5 of Algorithm 2 with a cap per row). With ``k <= n`` and ``alpha_i
+        >= 1/k`` every ``kappa_i >= 1/n > 0`` for ``gamma`` in [0, 1), and
+        ``sum kappa >= 1`` because ``sum alpha >= 1``."""
+        cached = self.kappa_cache_
+        if cached is not None and cached[0] == gamma:
+            return cached[1]
+        kappa = (self.alpha - gamma / self.n) / (1.0 - gamma)
+        self.kappa_cache_ = (gamma, kappa)
+        return kappa
+
+    def project(self, weights, gamma=0.0, *, log_domain=False, return_capped=False):
+        """KL projection onto ``{q_i <= kappa_i, sum q = 1}`` then mixing with the
+        uniform distribution at rate ``gamma`` (Lines 3-10 of Algorithm 2 with
+        per-row caps): capped rows end at exactly ``alpha_i``, the uncapped rows
+        are ``(1 - gamma) lam w_i + gamma / n`` with one common ``lam``."""
+        if not 0.0 <= gamma < 1.0:
+            raise ValueError(f"gamma must be in [0, 1). Got {gamma!r} instead.")
+        alpha = self.alpha
+        if int(self.caps_.sum()) == self.k:  # sum alpha = 1: the set is the point alpha
+            p = alpha.copy()
+            return (p, np.ones(self.n, dtype=bool)) if return_capped else p
+        log_w = np.asarray(weights, dtype=np.float64)
+        if not log_domain:
+            with np.errstate(divide="ignore"):
+                log_w = np.log(log_w)
+        q, capped = alpha_kl_projection(log_w, self.kappa(gamma))
+        p = (1.0 - gamma) * q + gamma / self.n
+        p[capped] = alpha[capped]
+        return (p, capped) if return_capped else p
+
+    def euclidean_project(self, v: np.ndarray) -> np.ndarray:
+        """Euclidean projection onto ``K_alpha`` (for gradient-ascent p-players)."""
+        return capped_simplex_euclidean_rows(v, self.alpha)
+
+    def sample(self, p: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """A multiset of size k with mean ``k p``: ``(rows, multiplicities)``, the
+        rows distinct, ``E[m_i] = k p_i``, ``m_i <= k alpha_i``; the action is
+        ``a = m / k`` on ``rows`` (see ``multiset_round``)."""
+        return multiset_round(np.asarray(p, dtype=np.float64) * self.k, self._caps(),
+                              self.k, rng)
+
+    def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:
+        p = np.asarray(p)
+        return bool(
+            p.shape == (self.n,)
+            and abs(float(np.sum(p)) - 1.0) <= atol
+            and float(np.min(p)) >= -atol
+            and np.all(p <= self.alpha + atol)
+        )
+
+
+@harness.hookimpl
+def register_constraint_sets(register):
+    register(AlphaSet)

@@ -1,0 +1,328 @@
+"""A p-player state on the k-set whose rounds cost O(k log n): a tree of sums
+and maxima over the weights, the capping threshold found from the largest
+weights and the total, and systematic sampling by k descents of the tree.
+
+Dense EXP4.MP-style rounds touch all n rows (normalise, project, sample: the
+paper's Algorithm 2, Lines 3-11, O(n log n) with Algorithm 4's sort). Here the
+weights ``w`` are kept proportional to ``p_t`` itself, ``p_t = w / sum(w)``,
+which is what a *greedy* mirror-descent step keeps (``w_{t+1} = p_t
+exp(-eta l_t)``, then the KL projection onto ``S_{n,k}``): the projection
+``q_i = min(kappa, lam w_i)`` (Lemma C.2 (a)) caps the largest weights, and
+replacing each capped weight by the threshold ``theta = kappa / lam`` leaves
+``q`` unchanged and makes ``p_t = w / sum(w)`` exactly. Only the rows updated
+in a round (the k sampled ones) and the capped rows (at most k - 1, Lemma
+C.2) change, so a round is O(k) leaf updates of the tree:
+
+* ``project``: the capped rows are the largest weights. They are taken off
+  the tree one at a time (a descent by maximum) while the next largest
+  weight ``w_(m+1)`` still satisfies ``lam_m w_(m+1) > kappa`` with
+  ``lam_m = (1 - m kappa) / W_m`` and ``W_m`` the tree's total without the
+  ``m`` rows taken off (Algorithm 4 on the top of the order only, the sums
+  never formed by subtraction), then put back at ``theta``. O(m log n).
+* ``sample``: systematic sampling (Madow 1949): one offset ``u`` in [0, 1),
+  targets ``(u + j) W / k`` for ``j < k``, each found by one descent of the
+  prefix sums: k distinct rows with ``P[i in S] = k p_i``. O(k log n).
+* ``scale``: multiply the weights of given rows (a step of their log-weights);
+  their ancestors are recomputed from their children (no running sums, so no
+  drift over any number of rounds). O(log n) per row.
+
+The leaves hold the weights ``exp(lw - base)`` of the log-weights ``lw``
+relative to a base (a log-weight step is a multiplication of its leaf). They
+only decrease (the estimated losses are non-negative and the clamp lowers
+the capped rows), so nothing can overflow in any number of rounds; when the
+largest falls below ``exp(-REBASE)`` every weight is multiplied back so that
+the largest is 1 again (``rebase``: O(n), once per ``REBASE`` units of
+decrease of the largest log-weight). A row whose weight underflows to 0 has
+``p_i < exp(-500)`` times the largest, which is 0 to double precision in the
+dense computation too.
+
+The tree is ``FANOUT``-ary, levels stored bottom-up in one array of
+``(sum, max)`` pairs, so a descent reads a few adjacent cache lines per level
+(``ceil(log_16 n)`` levels: 6 at n = 1e7). Memory: 8 n bytes for the leaves
+plus about 16 n / 15 bytes for the tree.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+#: children per tree node
+FANOUT = 16
+#: rebase when the largest weight falls below exp(-REBASE)
+REBASE = 200.0
+#: a row is capped when ``log(lam w_i) > log(kappa) + CAP_TOL`` (as ``plugins.kset``)
+CAP_TOL = 1e-12
+
+
+def _layout(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start offsets and sizes of the tree levels, bottom-up; the last has one node."""
+    sizes = []
+    size = n
+    while True:
+        size = -(-size // FANOUT)
+        sizes.append(size)
+        if size == 1:
+            break
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    return offsets.astype(np.int64), np.asarray(sizes, dtype=np.int64)
+
+
+@njit(cache=True)
+def _fix_node(w, nodes, offsets, sizes, level, g):  # pragma: no cover - compiled
+    """Recompute node ``g`` of ``level`` from its children (leaves: removed ones,
+    stored negated, count in neither the sum nor the maximum)."""
+    F = FANOUT
+    lo = g * F
+    s = 0.0
+    m = -1.0
+    if level == 0:
+        hi = min(lo + F, w.size)
+        for c in range(lo, hi):
+            x = w[c]
+            if x > 0.0:
+                s += x
+            if x > m:
+                m = x
+    else:
+        base = offsets[level - 1]
+        hi = min(lo + F, sizes[level - 1])
+        for c in range(lo, hi):
+            s += nodes[base + c, 0]
+            x = nodes[base + c, 1]
+            if x > m:
+                m = x
+    nodes[offsets[level] + g, 0] = s
+    nodes[offsets[level] + g, 1] = m
+
+
+@njit(cache=True)
+def _fix_path(w, nodes, offsets, sizes, i):  # pragma: no cover - compiled
+    g = i
+    for level in range(sizes.size):
+        g = g // FANOUT
+        _fix_node(w, nodes, offsets, sizes, level, g)
+
+
+@njit(cache=True)
+def _fix_paths(w, nodes, offsets, sizes, rows):  # pragma: no cover - compiled
+    """``_fix_path`` for several leaves, level by level (independent reads overlap)."""
+    g = rows.copy()
+    for level in range(sizes.size):
+        for j in range(g.size):
+            g[j] = g[j] // FANOUT
+            _fix_node(w, nodes, offsets, sizes, level, g[j])
+
+
+@njit(cache=True)
+def _build(w, nodes, offsets, sizes):  # pragma: no cover - compiled
+    for level in range(sizes.size):
+        for g in range(sizes[level]):
+            _fix_node(w, nodes, offsets, sizes, level, g)
+
+
+@njit(cache=True)
+def _find_prefix(w, nodes, offsets, sizes, targets, out):  # pragma: no cover - compiled
+    """For each target ``t``, the first leaf whose inclusive prefix sum exceeds
+    ``t`` (the last leaf with positive weight if rounding puts ``t`` past the
+    total). The descents go level by level for all targets together, so their
+    memory reads are independent and overlap (at n = 1e7 the lower levels and
+    the leaves are not in cache)."""
+    F = FANOUT
+    t = targets.copy()
+    g = np.zeros(targets.size, dtype=np.int64)
+    for level in range(sizes.size - 1, 0, -1):
+        base = offsets[level - 1]
+        for j in range(t.size):
+            lo = g[j] * F
+            hi = min(lo + F, sizes[level - 1])
+            chosen = -1
+            last = lo
+            r = t[j]
+            for c in range(lo, hi):
+                s = nodes[base + c, 0]
+                if s > 0.0:
+                    last = c
+                    if r < s:
+                        chosen = c
+                        break
+                    r -= s
+            if chosen < 0:  # past the total by rounding: stay at the right edge
+                chosen = last
+                r = nodes[base + last, 0]
+            g[j] = chosen
+            t[j] = r
+    for j in range(t.size):
+        lo = g[j] * F
+        hi = min(lo + F, w.size)
+        last = lo
+        found = -1
+        r = t[j]
+        for i in range(lo, hi):
+            x = w[i]
+            if x > 0.0:
+                last = i
+                if r < x:
+                    found = i
+                    break
+                r -= x
+        out[j] = found if found >= 0 else last
+
+
+@njit(cache=True)
+def _find_max(w, nodes, offsets, sizes):  # pragma: no cover - compiled
+    """The first leaf holding the largest weight."""
+    F = FANOUT
+    g = 0
+    for level in range(sizes.size - 1, 0, -1):
+        base = offsets[level - 1]
+        target = nodes[offsets[level] + g, 1]
+        lo = g * F
+        hi = min(lo + F, sizes[level - 1])
+        chosen = lo
+        for c in range(lo, hi):
+            if nodes[base + c, 1] == target:
+                chosen = c
+                break
+        g = chosen
+    target = nodes[offsets[0] + g, 1]
+    lo = g * F
+    hi = min(lo + F, w.size)
+    for i in range(lo, hi):
+        if w[i] == target:
+            return i
+    return lo
+
+
+@njit(cache=True)
+def _systematic(w, nodes, offsets, sizes, k, u, out):  # pragma: no cover - compiled
+    """Systematic sampling into ``out``; False if two targets fell in one row
+    (an interval longer than 1 by rounding)."""
+    total = nodes[offsets[sizes.size - 1], 0]
+    targets = np.empty(k)
+    for j in range(k):
+        targets[j] = (u + j) * total / k
+    _find_prefix(w, nodes, offsets, sizes, targets, out)
+    return np.all(out[1:] > out[:-1])
+
+
+@njit(cache=True)
+def _project(w, nodes, offsets, sizes, kappa, capped):  # pragma: no cover - compiled
+    """Cap the largest weights at the KL projection's threshold; returns how many."""
+    root = offsets[sizes.size - 1]
+    log_kappa = math.log(kappa)
+    m = 0
+    while m * kappa < 1.0:
+        top = nodes[root, 1]
+        if top <= 0.0:
+            break
+        shift = math.log1p(-m * kappa) - math.log(nodes[root, 0])
+        if not math.log(top) + shift > log_kappa + CAP_TOL:
+            break
+        i = _find_max(w, nodes, offsets, sizes)
+        capped[m] = i
+        m += 1
+        w[i] = -w[i]
+        _fix_path(w, nodes, offsets, sizes, i)
+    if m > 0:
+        theta = kappa * nodes[root, 0] / (1.0 - m * kappa)
+        for j in range(m):
+            i = capped[j]
+            w[i] = theta
+            _fix_path(w, nodes, offsets, sizes, i)
+    return m
+
+
+@njit(cache=True)
+def _ix_step(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
+             capped):  # pragma: no cover - compiled
+    """The implicit-exploration step of ``plugins.exp_ix_m`` on the sampled rows,
+    ``w_i *= exp(-eta (1 - L_i) / (k p_i + gamma))`` with ``p_i = w_i / sum(w)``,
+    then the projection; returns the number of capped rows."""
+    total = nodes[offsets[sizes.size - 1], 0]
+    for j in range(rows.size):
+        i = rows[j]
+        w[i] *= math.exp(-eta * (1.0 - losses[j]) / (k * w[i] / total + gamma))
+    _fix_paths(w, nodes, offsets, sizes, rows)
+    return _project(w, nodes, offsets, sizes, kappa, capped)
+
+
+class CappedWeightTree:
+    """``p = w / sum(w)`` on ``S_{n,k}`` (cap ``kappa``, 1/k by default) with
+    O(log n) updates, projection and systematic sampling (module docstring).
+
+    ``w_`` are the leaves, ``nodes_`` the tree, ``capped_[:n_capped_]`` the
+    rows capped by the last projection. Starts at the uniform distribution.
+    """
+
+    def __init__(self, n: int, k: int, kappa: float | None = None) -> None:
+        if not 1 <= k <= n:
+            raise ValueError(f"CappedWeightTree needs 1 <= k <= n. Got k={k}, n={n} instead.")
+        self.n, self.k = n, k
+        self.kappa = 1.0 / k if kappa is None else float(kappa)
+        self.offsets_, self.sizes_ = _layout(n)
+        self.w_ = np.ones(n)
+        self.nodes_ = np.zeros((int(self.offsets_[-1]), 2))
+        self.rebase_below_ = math.exp(-REBASE)
+        self.rebases_ = 0
+        self.n_capped_ = 0
+        self.capped_ = np.empty(int(1.0 / self.kappa) + 1, dtype=np.int64)
+        self.rows_ = np.empty(k, dtype=np.int64)
+        _build(self.w_, self.nodes_, self.offsets_, self.sizes_)
+
+    @property
+    def total(self) -> float:
+        return float(self.nodes_[-1, 0])
+
+    @property
+    def top(self) -> float:
+        return float(self.nodes_[-1, 1])
+
+    @property
+    def p(self) -> np.ndarray:
+        """The dense distribution (O(n): for checkpoints, not rounds)."""
+        return self.w_ / self.total
+
+    def p_of(self, rows: np.ndarray) -> np.ndarray:
+        return self.w_[rows] / self.total
+
+    @property
+    def capped(self) -> np.ndarray:
+        """The rows capped by the last projection (``J_t``)."""
+        return self.capped_[: self.n_capped_].copy()
+
+    def sample(self, u: float) -> np.ndarray | None:
+        """Systematic sampling at offset ``u``: k distinct rows, or None if
+        rounding put two targets in one row (then draw another offset)."""
+        ok = _systematic(self.w_, self.nodes_, self.offsets_, self.sizes_, self.k, u, self.rows_)
+        return self.rows_.copy() if ok else None
+
+    def scale(self, rows: np.ndarray, factors: np.ndarray) -> None:
+        """Multiply the weights of distinct ``rows`` (a log-weight step), then project."""
+        rows = np.asarray(rows, dtype=np.int64)
+        self.w_[rows] *= factors
+        _fix_paths(self.w_, self.nodes_, self.offsets_, self.sizes_, rows)
+        self.project()
+
+    def ix_step(self, rows: np.ndarray, losses: np.ndarray, eta: float, gamma: float) -> None:
+        """``lw_i -= eta (1 - L_i) / (k p_i + gamma)`` on the sampled rows, then project."""
+        self.n_capped_ = _ix_step(self.w_, self.nodes_, self.offsets_, self.sizes_, rows,
+                                  np.asarray(losses, dtype=np.float64), self.k, eta, gamma,
+                                  self.kappa, self.capped_)
+        if self.nodes_[-1, 1] < self.rebase_below_:
+            self.rebase()
+
+    def project(self) -> None:
+        """KL projection onto the cap: clamp the capped rows to the threshold."""
+        self.n_capped_ = _project(self.w_, self.nodes_, self.offsets_, self.sizes_,
+                                  self.kappa, self.capped_)
+        if self.nodes_[-1, 1] < self.rebase_below_:
+            self.rebase()
+
+    def rebase(self) -> None:
+        """Multiply every weight so that the largest is 1 again. O(n)."""
+        np.multiply(self.w_, 1.0 / self.top, out=self.w_)
+        _build(self.w_, self.nodes_, self.offsets_, self.sizes_)
+        self.rebases_ += 1

@@ -1,0 +1,271 @@
+"""The exact optimum ``OPT = min_{w in W} max_{p in K} <L(w), p>`` of a small
+problem, by a convex solver, certified by the harness's own numerics.
+
+For ``K = {p : 0 <= p_i <= c_i, sum p = 1}`` (the k-set: ``c_i = 1/k``; the
+simplex: ``k = 1``; an alpha-set: ``c_i = alpha_i``) linear-programming duality
+gives
+
+    max_{p in K} <l, p> = min_tau  tau + sum_i c_i (l_i - tau)_+
+
+(Rockafellar and Uryasev 2000, Theorem 1, for the k-set: CVaR at level
+``alpha = k/n``), so OPT is the convex program
+
+    min_{||w|| <= B, tau, u >= 0}  tau + <c, u>   s.t.  u_i >= loss_i(w) / s - tau
+
+with ``s`` the model's loss scale and ``W`` the l2-ball of radius ``B`` over all
+parameters, bias included (the game's problem exactly). cvxpy solves it
+(Clarabel, retried with safer settings, then SCS: ``ATTEMPTS``); the model
+supplies its raw losses as a cvxpy expression (``cvx_raw_losses``). The
+multipliers of the constraints ``u_i >= ...`` are the saddle point's ``p``.
+
+The solver's answer is not trusted as is. ``certify`` sandwiches OPT:
+
+* ``upper = max_{p in K} <L(w*), p>`` at the solver's ``w*`` (projected onto the
+  ball), evaluated with the model's numpy losses and the exact oracle: the
+  objective of a feasible point, so ``OPT <= upper``;
+* ``lower`` = a certified lower bound (``harness.gap.certified_min``,
+  Frank-Wolfe bound) on ``min_{w in W} <L(w), p*>`` with the solver's ``p*``
+  projected onto ``K``: for any ``p`` in ``K`` this minimum is at most OPT.
+
+The value used as OPT is ``upper``; it is accepted only if ``upper - lower``
+is within the requested tolerance, so a solver that stops early or returns a
+wrong point is reported as a failure, never as a wrong OPT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import brentq
+
+from harness.gap import certified_min, project_ball
+
+#: bump when the problem's formulation or the record's fields change
+CACHE_FORMAT = 1
+SOLVERS = ("CLARABEL", "SCS")
+#: (solver, options) tried in order. Clarabel's interior point can stop with
+#: "insufficient progress" on the exponential cones (breast cancer, k = 10);
+#: shorter steps or more static regularisation get through. SCS at its
+#: default accuracy (1e-4) is too coarse for a reference line (the certified
+#: interval on Boston is 1e-3 relative at 1e-5); 1e-7 passes, slowly.
+ATTEMPTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("CLARABEL", {}),
+    ("CLARABEL", {"max_step_fraction": 0.9}),
+    ("CLARABEL", {"static_regularization_constant": 1e-6}),
+    ("SCS", {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iters": 200_000}),
+)
+#: each solver's name for its wall-clock limit in seconds
+TIME_LIMIT_OPTION = {"CLARABEL": "time_limit", "SCS": "time_limit_secs"}
+
+
+class OptimumUnavailable(RuntimeError):
+    """OPT could not be computed (or certified); the message says why."""
+
+
+@dataclass
+class Optimum:
+    """A certified OPT: ``lower <= OPT <= value`` with ``value - lower`` small."""
+
+    value: float
+    lower: float
+    solver: str
+    status: str
+    solve_time_s: float
+    w: list[float] = field(default_factory=list)
+    attempts: list[str] = field(default_factory=list)
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def row_caps(constraint: Any) -> np.ndarray | None:
+    """The caps ``c`` of ``K = {0 <= p_i <= c_i, sum p = 1}``, or None if ``K``
+    is not of that form. A set with per-row caps ``alpha_`` (the alpha-set)
+    gives them directly; the k-set and the simplex cap every row at ``1/k``."""
+    alpha = getattr(constraint, "alpha_", None)
+    if alpha is not None:
+        return np.asarray(alpha, dtype=np.float64)
+    if getattr(constraint, "name", None) in ("kset", "simplex"):
+        return np.full(constraint.n, 1.0 / constraint.k)
+    return None
+
+
+def capped_value(losses: np.ndarray, caps: np.ndarray) -> tuple[float, np.ndarray]:
+    """``max_{p in K} <losses, p>`` over ``K = {0 <= p <= caps, sum p = 1}`` and an
+    argmax: fill the largest losses up to their caps (greedy is exact for a box
+    and one equality). O(n log n)."""
+    order = np.argsort(-losses, kind="stable")
+    filled = np.cumsum(caps[order])
+    p = np.zeros_like(losses, dtype=np.float64)
+    last = int(np.searchsorted(filled, 1.0))
+    p[order[:last]] = caps[order[:last]]
+    if last < losses.size:
+        p[order[last]] = 1.0 - (filled[last - 1] if last > 0 else 0.0)
+    return float(losses @ p), p
+
+
+def project_capped(v: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Euclidean projection of ``v`` onto ``{0 <= p <= caps, sum p = 1}``:
+    ``p = clip(v - nu, 0, caps)`` with ``nu`` the root of ``sum p = 1`` (Brent)."""
+    v = np.asarray(v, dtype=np.float64)
+
+    def excess(nu: float) -> float:
+        return float(np.clip(v - nu, 0.0, caps).sum()) - 1.0
+
+    lo, hi = float(np.min(v)) - 1.0 - float(caps.max()), float(np.max(v))
+    p = np.clip(v - brentq(excess, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps),
+                0.0, caps)
+    # the last rounding error of sum p = 1 goes to a row with room on both sides
+    room = np.flatnonzero((p > 0) & (p < caps))
+    if room.size:
+        j = room[np.argmax(np.minimum(p[room], caps[room] - p[room]))]
+        p[j] += 1.0 - p.sum()
+    return p
+
+
+def cache_key(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
+              radius: float) -> str:
+    """SHA-256 of everything OPT depends on: the data's bytes, the model (name,
+    parameter count, loss scale), the caps of K and the radius B."""
+    h = hashlib.sha256()
+    h.update(f"minimax-bench OPT v{CACHE_FORMAT}\n".encode())
+    for a in (np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y),
+              np.ascontiguousarray(caps, dtype=np.float64)):
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.tobytes())
+    h.update(f"{model.name}|{model.n_params}|{float(model.scale_)!r}|{float(radius)!r}".encode())
+    return h.hexdigest()
+
+
+def load_cached(cache_dir: Path, key: str) -> Optimum | None:
+    """A certified OPT stored under ``key``, or None (missing or unreadable)."""
+    path = cache_dir / f"opt-{key}.json"
+    try:
+        record = json.loads(path.read_text())
+        if record.get("key") != key or record.get("format") != CACHE_FORMAT:
+            return None
+        return Optimum(**record["optimum"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store(cache_dir: Path, key: str, optimum: Optimum, about: dict[str, Any]) -> Path:
+    """Write the record atomically (parallel jobs may store the same key)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"opt-{key}.json"
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "key": key, "about": about,
+                               "optimum": optimum.record()}, indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def _formulate(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float):
+    import cvxpy as cp
+
+    w = cp.Variable(model.n_params)
+    tau = cp.Variable()
+    u = cp.Variable(X.shape[0], nonneg=True)
+    excess = u >= model.cvx_raw_losses(w, X, y) / model.scale_ - tau
+    problem = cp.Problem(cp.Minimize(tau + caps @ u), [excess, cp.norm(w, 2) <= radius])
+    return problem, w, excess
+
+
+def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
+          solvers: tuple[str, ...] = SOLVERS, rtol: float = 1e-5,
+          time_limit: float | None = None) -> Optimum:
+    """OPT of the scaled problem by the first attempt (``ATTEMPTS``, restricted
+    to ``solvers``) whose answer ``certify`` accepts, each attempt stopped after
+    ``time_limit`` seconds; raises ``OptimumUnavailable`` naming every attempt."""
+    try:
+        import cvxpy as cp
+    except ImportError as err:
+        raise OptimumUnavailable("cvxpy is not installed (pip install "
+                                 "'minimax-bench[exact]')") from err
+    if getattr(model, "cvx_raw_losses", None) is None:
+        raise OptimumUnavailable(f"the model '{model.name}' has no convex formulation "
+                                 "(cvx_raw_losses)")
+    X = np.asarray(X, dtype=np.float64)
+    attempts: list[str] = []
+    for solver, options in ATTEMPTS:
+        if solver not in solvers:
+            continue
+        if time_limit is not None:
+            options = {**options, TIME_LIMIT_OPTION[solver]: time_limit}
+        outcome = _attempt(cp, X, y, model, caps, radius, solver, options, rtol)
+        if isinstance(outcome, Optimum):
+            outcome.attempts = [*attempts, outcome.attempts[0]]
+            return outcome
+        attempts.append(outcome)
+    raise OptimumUnavailable("no solver gave a certified optimum (" + "; ".join(attempts) + ")")
+
+
+def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
+             radius: float, solver: str, options: dict[str, Any],
+             rtol: float) -> Optimum | str:
+    """One solve and its certificate: a certified ``Optimum``, or why not."""
+    limit = options.get(TIME_LIMIT_OPTION[solver])
+    label = solver + "".join(f" {k}={v}" for k, v in options.items()
+                             if k not in ("max_iters", TIME_LIMIT_OPTION[solver]))
+    if solver not in cp.installed_solvers():
+        return f"{label}: not installed"
+    problem, w, excess = _formulate(X, y, model, caps, radius)
+    if not problem.is_dcp():
+        raise OptimumUnavailable(f"the model '{model.name}' gave no convex (DCP) "
+                                 "formulation of its losses")
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():  # "may be inaccurate": the certificate decides
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=solver, **options)
+    except (cp.error.SolverError, ArithmeticError, ValueError) as err:
+        return f"{label}: {type(err).__name__}: {str(err)[:120]}"
+    elapsed = time.perf_counter() - start
+    if limit is not None and (problem.status == cp.USER_LIMIT or elapsed >= limit):
+        label += f" (stopped at the time limit, {limit:g} s)"
+    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or w.value is None:
+        return f"{label}: status {problem.status}"
+    dual = excess.dual_value
+    try:
+        value, lower = certify(X, y, model, caps, radius, np.asarray(w.value),
+                               None if dual is None else np.asarray(dual))
+    except (ValueError, FloatingPointError) as err:
+        return f"{label}: certification failed: {err}"
+    if not value - lower <= rtol * max(abs(value), 1e-12):
+        return (f"{label}: status {problem.status} but the certified interval "
+                f"[{lower:.9g}, {value:.9g}] is wider than rtol={rtol:g}")
+    w_star = project_ball(np.asarray(w.value, dtype=np.float64), radius)
+    return Optimum(value, lower, solver, problem.status, elapsed,
+                   [float(v) for v in w_star], [f"{label}: {problem.status}"])
+
+
+def certify(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
+            w: np.ndarray, dual: np.ndarray | None) -> tuple[float, float]:
+    """``(upper, lower)`` with ``lower <= OPT <= upper`` (see the module docstring).
+
+    ``upper`` is the objective at ``w`` projected onto the ball; ``lower`` is
+    the certified minimum of ``<L(.), p>`` for ``p`` = ``dual`` projected onto K
+    (the oracle's argmax at ``w`` if there is no dual), started at ``w``.
+    """
+    w = project_ball(np.asarray(w, dtype=np.float64), radius)
+    losses = model.raw_losses(w, X, y) / model.scale_
+    upper, p_at_w = capped_value(losses, caps)
+    p = p_at_w if dual is None or not np.all(np.isfinite(dual)) else project_capped(dual, caps)
+    support = np.flatnonzero(p)
+    Xs, ys, ps = X[support], y[support], p[support]
+    inner = certified_min(lambda v: model.value_and_grad(v, Xs, ys, ps), w, radius,
+                          abs_tol=1e-12, rel_tol=1e-9, max_iter=5000)
+    if not (math.isfinite(upper) and math.isfinite(inner.lower)):
+        raise FloatingPointError("non-finite objective or bound")
+    if inner.lower > upper + 1e-9 * max(1.0, abs(upper)):
+        raise FloatingPointError(f"lower bound {inner.lower!r} above the objective {upper!r}")
+    return upper, min(inner.lower, upper)

@@ -1,0 +1,149 @@
+"""The exact optimum as a reference line: a plugin of the event hooks.
+
+Config (top-level ``reference`` in ``conf/config.yaml``; a config without the
+key computes nothing):
+
+    reference:
+      exact: auto      # auto | true | false
+      solver: auto     # auto (Clarabel, then SCS) | CLARABEL | SCS
+      max_size: 1000000
+      rtol: 1.0e-5
+      time_limit: 120  # seconds per solver attempt
+      cache_dir: null  # null: $XDG_CACHE_HOME/minimax-bench, else ~/.cache/minimax-bench
+
+``auto`` computes OPT (``plugins.optimum``) when cvxpy is installed and the
+data set has ``n * d <= max_size``; ``true`` computes it whatever the size
+(and is an error without cvxpy). OPT is computed once per (data, model, loss
+scale, K, B) and cached on disk, keyed by a hash of all of them; a cached
+OPT needs no solver.
+
+At run start (before the tracker logs parameters) the run's params gain
+``opt``, ``opt_lower`` (its certified lower bound), ``opt_solver``,
+``opt_status`` (``solved``, ``cached``, ``skipped`` or ``failed``) and
+``opt_message``. At each checkpoint, if OPT is known, the metrics gain
+``suboptimality = objective(w_bar) - OPT`` and ``relative_suboptimality =
+suboptimality / OPT``; if not, nothing is logged and ``opt_message`` says why.
+Since ``opt_lower <= OPT``, ``suboptimality >= -(opt - opt_lower)`` always.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import harness
+from harness import ConfigError, Param
+from harness.params import validate
+from plugins import optimum
+
+PARAMS: dict[str, Param] = {
+    "exact": Param(str, default="false", choices=("auto", "true", "false"),
+                   doc="compute OPT: auto (if cvxpy is installed and n*d <= max_size)"),
+    "solver": Param(str, default="auto", choices=("auto", *optimum.SOLVERS),
+                    doc="cvxpy solver; auto: Clarabel, then SCS"),
+    "max_size": Param(int, default=1_000_000, low=1, doc="largest n*d that auto solves"),
+    "rtol": Param(float, default=1e-5, low=0.0, low_open=True,
+                  doc="accept OPT if its certified interval is this narrow (relative)"),
+    "time_limit": Param(float, default=120.0, low=0.0, low_open=True,
+                        doc="seconds per solver attempt"),
+    "cache_dir": Param(str, nullable=True, doc="where OPT records are kept"),
+}
+
+
+def settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The validated ``reference`` block (YAML's true/false read as strings)."""
+    block = config.get("reference")
+    if block is None:
+        block = {}
+    if not isinstance(block, dict):
+        raise ConfigError(f"The 'reference' config key must be a mapping. Got {block!r} instead.")
+    given = dict(block)
+    if isinstance(given.get("exact"), bool):
+        given["exact"] = "true" if given["exact"] else "false"
+    return validate("reference", PARAMS, given)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "minimax-bench"
+
+
+def _cvxpy_installed() -> bool:
+    try:
+        import cvxpy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def compute(game: Any, conf: dict[str, Any]) -> tuple[str, str, optimum.Optimum | None]:
+    """``(status, message, optimum)`` for the game's problem under ``conf``."""
+    parts = game.parts
+    X, y, model = parts.dataset.X, parts.dataset.y, parts.model
+    n, d = X.shape
+    caps = optimum.row_caps(parts.constraint)
+    if caps is None:
+        return "skipped", (f"the constraint set '{parts.constraint.name}' is not of the form "
+                           "{0 <= p_i <= c_i, sum p = 1}"), None
+    if conf["exact"] == "auto" and n * d > conf["max_size"]:
+        return "skipped", (f"n*d = {n * d:,} exceeds reference.max_size = "
+                           f"{conf['max_size']:,} (set reference.exact=true to solve anyway)"), None
+    X = np.asarray(X[0:n], dtype=np.float64)  # memmaps and row-sliced stores alike
+    radius = float(parts.w_player.radius)
+    key = optimum.cache_key(X, y, model, caps, radius)
+    cache_dir = Path(conf["cache_dir"]).expanduser() if conf["cache_dir"] else default_cache_dir()
+    cached = optimum.load_cached(cache_dir, key)
+    if cached is not None:
+        return "cached", f"from {cache_dir / f'opt-{key}.json'}", cached
+    if not _cvxpy_installed():
+        if conf["exact"] == "auto":
+            return "skipped", "cvxpy is not installed (pip install 'minimax-bench[exact]')", None
+        raise ConfigError("reference.exact=true needs cvxpy: pip install 'minimax-bench[exact]'.")
+    solvers = optimum.SOLVERS if conf["solver"] == "auto" else (conf["solver"],)
+    try:
+        found = optimum.solve(X, y, model, caps, radius, solvers, conf["rtol"],
+                              conf["time_limit"])
+    except optimum.OptimumUnavailable as err:
+        warnings.warn(f"minimax-bench: exact optimum unavailable: {err}", RuntimeWarning,
+                      stacklevel=2)
+        return "failed", str(err), None
+    about = {"dataset": parts.names.get("dataset"), "model": model.name,
+             "constraint": parts.names.get("constraint"), "k": parts.constraint.k,
+             "radius": radius, "loss_scale": model.scale_, "n": n, "d": d,
+             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    path = optimum.store(cache_dir, key, found, about)
+    return "solved", f"by {found.solver} in {found.solve_time_s:.2f} s, cached in {path}", found
+
+
+@harness.hookimpl(tryfirst=True)
+def on_run_start(context):
+    if context.config.get("reference") is None:
+        return
+    conf = settings(context.config)
+    context.params.update({f"reference.{k}": v for k, v in conf.items()})
+    if conf["exact"] == "false":
+        return
+    status, message, found = compute(context.state["game"], conf)
+    context.params.update({"opt_status": status, "opt_message": message})
+    context.state["reference"] = {"status": status, "message": message, "optimum": found}
+    if found is not None:
+        context.params.update({"opt": found.value, "opt_lower": found.lower,
+                               "opt_solver": found.solver})
+
+
+@harness.hookimpl
+def checkpoint_metrics(context, w_bar, losses):
+    found = (context.state.get("reference") or {}).get("optimum")
+    if found is None:
+        return None
+    objective, _ = context.state["game"].parts.constraint.lmo(losses)
+    gap = objective - found.value
+    metrics = {"suboptimality": gap}
+    if found.value > 0:
+        metrics["relative_suboptimality"] = gap / found.value
+    return metrics

@@ -1,0 +1,174 @@
+"""What a practitioner runs instead of a game: SGD on the Rockafellar-Uryasev
+form of the average top-k loss (truncated CVaR), and its smoothed variant.
+
+Rockafellar and Uryasev (2000, Theorem 1) write the objective as
+
+    max_{p in K} <L(w), p> = min_tau F(w, tau),
+    F(w, tau) = tau + sum_i c_i (L_i(w) - tau)_+,
+
+with ``c_i = 1/k = 1/(alpha n)`` on the k-set (``alpha = k/n``; any per-row caps
+``c`` of ``K = {0 <= p_i <= c_i, sum p = 1}`` work the same). ``F`` is jointly
+convex; SGD on ``(w, tau)`` with uniform mini-batches is the "truncated CVaR"
+baseline of Curi, Levy, Jegelka and Krause (2020).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+import harness
+from harness import Param, Proposal
+from plugins.optimum import row_caps
+
+
+class TruncatedCVaR:
+    """Mini-batch SGD on ``F(w, tau)`` (Rockafellar-Uryasev 2000; Curi et al. 2020's
+    Trunc-CVaR), split into the game's two players.
+
+    Per round: b rows ``B`` drawn uniformly without replacement
+    (``P[i in B] = b/n``); after their losses are seen, the w-player's batch
+    weights are ``v_i = (n/b) c_i 1[L_i > tau]`` (``1[L_i > tau] / (alpha b)``
+    on the k-set), so its gradient ``sum_B v_i grad L_i`` is an unbiased
+    subgradient of ``F`` in ``w``; ``tau`` steps on the unbiased subgradient
+    ``1 - sum_B v_i`` and is projected onto ``[0, 1]`` (where the losses, hence
+    the minimising ``tau``, lie). Both steps use ``tau`` before this round's
+    update, i.e. one SGD step at ``(w_t, tau_t)``. The objective is evaluated
+    at the average ``w_bar`` (Polyak averaging), minimised over ``tau`` exactly.
+
+    Step sizes: the w-player's own rule (OGD: ``B sqrt(2/T)``, the paper's
+    Appendix E.1-E.2 rate; set ``w_player.lr`` to override) and, for ``tau``,
+    the same rule on its interval: ``sqrt(2/T)`` with radius 1 (``tau_lr``
+    overrides). ``T = budget / b``; ``b`` defaults to k, so data points per
+    round match the bandits'.
+
+    ``p_t`` and the action ``a_t`` (a point of K, for the membership check and
+    the dual gap): the oracle's answer ``argmax_{p in K} <L~, p>`` on the table
+    ``L~`` of the last loss seen for each row, recomputed every ``ceil(n/b)``
+    rounds (one expected pass over the data, so amortised O(b) per round);
+    the uniform distribution until the first recomputation. It does not
+    steer the play; it only lets the certified dual gap, valid for any
+    ``a_bar`` in K, shrink as the top-k set of ``w_t`` settles.
+    No regret bound is reported (this is not a no-regret p-player).
+    """
+
+    name: ClassVar[str] = "ru_sgd"
+    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex")
+    params: ClassVar[dict[str, Param]] = {
+        "batch_size": Param(int, low=1, nullable=True,
+                            doc="rows per round b; None: the constraint set's k"),
+        "tau_lr": Param(float, low=0.0, low_open=True, nullable=True,
+                        doc="step of the threshold tau; None: sqrt(2 / T)"),
+    }
+
+    def __init__(self, batch_size=None, tau_lr=None) -> None:
+        self.batch_size = batch_size
+        self.tau_lr = tau_lr
+
+    def rows_per_round(self, constraint) -> int:
+        b = self.batch_size if self.batch_size is not None else constraint.k
+        if b > constraint.n:
+            raise harness.ConfigError(
+                f"The 'batch_size' parameter of {self.name} must be an int in "
+                f"[1, n={constraint.n}]. Got {b} instead.")
+        return b
+
+    def setup(self, constraint, horizon: int) -> dict[str, float]:
+        n = constraint.n
+        self.constraint_ = constraint
+        self.b_ = self.rows_per_round(constraint)
+        self.tau_lr_ = self.tau_lr if self.tau_lr is not None else math.sqrt(2.0 / horizon)
+        # v_i = (n / b) c_i: the batch weight of a row above the threshold
+        self.scale_ = (n / self.b_) * row_caps(constraint)
+        self.tau_ = 0.0
+        self.seen_ = np.zeros(n)
+        self.refresh_every_ = math.ceil(n / self.b_)
+        self.round_ = 0
+        self.p_ = np.full(n, 1.0 / n)
+        self.action_rows_ = np.arange(n)
+        self.action_values_ = self.p_
+        return {"batch_size": self.b_, "tau_lr": self.tau_lr_}
+
+    @property
+    def p(self) -> np.ndarray:
+        return self.p_
+
+    @property
+    def tau(self) -> float:
+        """The learned threshold (an estimate of the k-th largest loss, the VaR)."""
+        return self.tau_
+
+    def propose(self, rng: np.random.Generator) -> Proposal:
+        self.round_ += 1
+        if self.round_ % self.refresh_every_ == 0:
+            _, self.p_ = self.constraint_.lmo(self.seen_)
+            self.action_rows_ = np.flatnonzero(self.p_)
+            self.action_values_ = self.p_[self.action_rows_]
+        self.rows_ = rng.choice(self.constraint_.n, size=self.b_, replace=False)
+        # the batch weights depend on the losses: ``observe`` returns them
+        return Proposal(self.rows_, np.zeros(self.b_), self.action_rows_, self.action_values_)
+
+    def slope(self, excess: np.ndarray) -> np.ndarray:
+        """Derivative of the truncation ``(x)_+`` at ``x = L_i - tau`` (0 at the kink)."""
+        return (excess > 0.0).astype(np.float64)
+
+    def observe(self, losses: np.ndarray) -> np.ndarray:
+        rows = self.rows_
+        self.seen_[rows] = losses
+        weights = self.scale_[rows] * self.slope(losses - self.tau_)
+        self.tau_ = min(1.0, max(0.0, self.tau_ - self.tau_lr_ * (1.0 - float(weights.sum()))))
+        return weights
+
+    def regret_bound(self, rounds: int) -> float | None:
+        return None
+
+
+class SoftCVaR(TruncatedCVaR):
+    """SGD on the smoothed Rockafellar-Uryasev form
+
+        F_T(w, tau) = tau + sum_i c_i T softplus((L_i(w) - tau) / T),
+
+    Curi et al. (2020)'s Soft-CVaR baseline (the convex approximation of
+    Nemirovski and Shapiro 2006): ``(x)_+`` is replaced by
+    ``T log(1 + exp(x / T))``, so the batch weights are ``(n/b) c_i
+    sigmoid((L_i - tau) / T)`` instead of an indicator. Since
+    ``0 <= T softplus(x / T) - (x)_+ <= T log 2`` and ``sum_i c_i = n/k``,
+    ``F <= F_T <= F + (n/k) T log 2``: the default temperature
+    ``T = bias * k / (n log 2)`` guarantees that minimising ``F_T`` costs at
+    most ``bias`` in objective. Everything else is ``ru_sgd``.
+    """
+
+    name: ClassVar[str] = "soft_cvar"
+    params: ClassVar[dict[str, Param]] = {
+        **TruncatedCVaR.params,
+        "temperature": Param(float, low=0.0, low_open=True, nullable=True,
+                             doc="softplus temperature T; None: bias * k / (n log 2)"),
+        "bias": Param(float, default=1e-3, low=0.0, low_open=True,
+                      doc="largest objective cost of the smoothing (sets T when T is None)"),
+    }
+
+    def __init__(self, batch_size=None, tau_lr=None, temperature=None, bias=1e-3) -> None:
+        super().__init__(batch_size, tau_lr)
+        self.temperature = temperature
+        self.bias = bias
+
+    def setup(self, constraint, horizon: int) -> dict[str, float]:
+        derived = super().setup(constraint, horizon)
+        total_caps = float(row_caps(constraint).sum())  # n/k on the k-set
+        self.temperature_ = self.temperature if self.temperature is not None else (
+            self.bias / (total_caps * math.log(2.0)))
+        # the guaranteed smoothing cost at the temperature in use
+        return {**derived, "temperature": self.temperature_,
+                "bias": self.temperature_ * total_caps * math.log(2.0)}
+
+    def slope(self, excess: np.ndarray) -> np.ndarray:
+        """``sigmoid(x / T)``, the derivative of ``T softplus(x / T)``."""
+        return np.exp(-np.logaddexp(0.0, -excess / self.temperature_))
+
+
+@harness.hookimpl
+def register_p_players(register):
+    register(TruncatedCVaR)
+    register(SoftCVaR)

@@ -1,0 +1,364 @@
+"""Faults injected into real runs: interruptions and resume, signals, a tracking
+server down at start or mid-run, plugins that break the contract, bad config
+values of every built-in plugin. No checkpoint may be lost, no NaN may pass."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+import harness
+from harness import Param
+from harness.registry import Registry
+from plugins import mlflow_tracking
+from plugins.exp4mp import Exp4MP
+from plugins.models import LogisticCEL
+
+# ---------------------------------------------------------------- fixtures
+
+
+class Flaky(Exp4MP):
+    """EXP4.MP that raises KeyboardInterrupt on a chosen call of ``observe``."""
+
+    name: ClassVar[str] = "flaky"
+    fail_at: ClassVar[int | None] = None
+    calls: ClassVar[int] = 0
+
+    def observe(self, losses):
+        Flaky.calls += 1
+        if Flaky.calls == Flaky.fail_at:
+            raise KeyboardInterrupt("injected")
+        return super().observe(losses)
+
+
+class Escaping(Exp4MP):
+    """Reports a p_t outside the k-set after 100 rounds."""
+
+    name: ClassVar[str] = "escaping"
+
+    @property
+    def p(self):
+        p = self.p_.copy()
+        if self.constraint_.n and getattr(self, "_t", 0) > 100:
+            p[0] = 0.9
+        return p
+
+    def observe(self, losses):
+        self._t = getattr(self, "_t", 0) + 1
+        return super().observe(losses)
+
+
+class BadLoss(LogisticCEL):
+    """Cross-entropy that returns NaN for row 3."""
+
+    name: ClassVar[str] = "bad_loss"
+
+    def losses(self, w, X, y):
+        out = super().losses(w, X, y)
+        is_row3 = np.all(np.equal(X, self.row3_), axis=1)
+        out[is_row3] = np.nan
+        return out
+
+    def setup(self, dataset, radius):
+        self.row3_ = dataset.X[3]
+        return super().setup(dataset, radius)
+
+
+class Faulty:
+    @harness.hookimpl
+    def register_p_players(self, register):
+        register(Flaky)
+        register(Escaping)
+
+    @harness.hookimpl
+    def register_models(self, register):
+        register(BadLoss)
+
+
+def _registry(*extra) -> Registry:
+    return Registry(harness.make_plugin_manager([Faulty(), *extra], load_entrypoints=False))
+
+
+def _cfg(tmp_path: Path, **changes) -> dict:
+    cfg = {"constraint": {"name": "kset", "k": 5}, "p_player": {"name": "flaky"},
+           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
+           "dataset": {"name": "breast_cancer"}, "budget": 20_000, "seed": 3,
+           "checkpoints": 8, "resume": True, "state_dir": str(tmp_path / "state"),
+           "tracking": {"enabled": True, "uri": f"sqlite:///{tmp_path}/mlflow.db",
+                        "experiment": "faults"}}
+    cfg.update(changes)
+    return cfg
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _steps(client, run_id: str, key: str = "dual_gap") -> list[int]:
+    return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+# ---------------------------------------------------------------- interruptions
+
+
+def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
+    # 20 interruptions at random rounds (seed 7) of a 4000-round game; each is
+    # resumed; final metrics must equal the uninterrupted run's exactly
+    # (wall time aside), the MLflow run must end FINISHED with every
+    # checkpoint once, and no state file may remain.
+    Flaky.calls, Flaky.fail_at = 0, None
+    reference = harness.run(_cfg(tmp_path, resume=False, tracking={"enabled": False}),
+                            plugins=[Faulty()])
+    reference.pop("wall_time_s")
+    rng = np.random.default_rng(7)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    for i, at in enumerate(rng.integers(1, 4000, size=20)):
+        cfg = _cfg(tmp_path, state_dir=str(tmp_path / f"state{i}"),
+                   tracking={"enabled": True, "uri": uri, "experiment": f"kill{i}"})
+        Flaky.calls, Flaky.fail_at = 0, int(at)
+        with pytest.raises(KeyboardInterrupt):
+            harness.run(cfg, plugins=[Faulty()])
+        client = _client(uri)
+        exp = client.get_experiment_by_name(f"kill{i}")
+        (run,) = client.search_runs([exp.experiment_id])
+        assert run.info.status == "KILLED"
+        kept = _steps(client, run.info.run_id)
+        Flaky.fail_at = None
+        final = harness.run(cfg, plugins=[Faulty()])
+        final.pop("wall_time_s")
+        assert final == reference, f"interrupted at round {at}"
+        (run,) = client.search_runs([exp.experiment_id])
+        steps = _steps(client, run.info.run_id)
+        assert run.info.status == "FINISHED"
+        assert steps[: len(kept)] == kept and len(steps) == len(set(steps))
+        assert steps[-1] == 20_000
+        assert list((tmp_path / f"state{i}").glob("state-*.pkl")) == []
+
+
+def test_sigterm_ends_the_cli_run_killed_and_resume_finishes_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [sys.executable, "-m", "harness", "budget=2000000", "checkpoints=40",
+            f"tracking.uri={uri}", "tracking.experiment=term", "progress=false"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / ".minimax-bench").glob("state-*.pkl")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "resume=true" in err
+    client = _client(uri)
+    exp = client.get_experiment_by_name("term")
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.info.status == "KILLED"
+    kept = _steps(client, run.info.run_id)
+    assert len(kept) >= 1 and kept[-1] < 2_000_000
+    done = subprocess.run(args + ["resume=true"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from round" in done.stdout
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.info.status == "FINISHED"
+    steps = _steps(client, run.info.run_id)
+    assert steps[: len(kept)] == kept and steps[-1] == 2_000_000
+
+
+# ---------------------------------------------------------------- tracking server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A real ``mlflow server`` on 127.0.0.1 that can be stopped and started again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port, self.proc = folder, _free_port(), None
+        self.uri = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        exe = Path(sys.executable).with_name("mlflow")
+        self.proc = subprocess.Popen(
+            [str(exe), "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.folder}/server.db",
+             "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
+            cwd=self.folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2):
+                    return
+            except OSError:
+                assert time.monotonic() < deadline and self.proc.poll() is None
+                time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+
+def test_tracking_server_down_at_start_stops_before_computing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", f"tracking.uri=http://127.0.0.1:{_free_port()}",
+         "budget=2000"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "tracking server at http://127.0.0.1" in done.stderr
+    assert "unreachable" in done.stderr and "certified dual gap" not in done.stdout
+
+
+def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path):
+    server = Server(tmp_path)
+    server.start()
+    events: list[str] = []
+
+    class Outage:
+        """Stops the server after checkpoint 3, restarts it after checkpoint 6,
+        stops it again after the last checkpoint (so the final status is buffered)."""
+
+        count = 0
+
+        @harness.hookimpl(trylast=True)
+        def on_checkpoint(self, context, step, metrics):
+            Outage.count += 1
+            if Outage.count in (3, len(context.state["game"].checkpoints)):
+                server.stop()
+                events.append(f"down after checkpoint {Outage.count}")
+            elif Outage.count == 6:
+                server.start()
+                events.append("up after checkpoint 6")
+
+    Flaky.calls, Flaky.fail_at = 0, None
+    cfg = _cfg(tmp_path, resume=False,
+               tracking={"enabled": True, "uri": server.uri, "experiment": "outage"})
+    try:
+        metrics = harness.run(cfg, plugins=[Faulty(), Outage()])
+        n_checkpoints = Outage.count
+        pending = list((tmp_path / "state").glob("pending-*.jsonl"))
+        assert len(pending) == 1  # the final status, sent after the server went down
+        records = [json.loads(x) for x in pending[0].read_text().splitlines()]
+        assert records[-1]["status"] == "FINISHED"
+        server.start()
+        assert mlflow_tracking.replay(pending[0]) == len(records)
+        client = _client(server.uri)
+        exp = client.get_experiment_by_name("outage")
+        (run,) = client.search_runs([exp.experiment_id])
+        assert run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "dual_gap")
+        assert len(history) == n_checkpoints == len({m.step for m in history})
+        assert history[-1].value == metrics["dual_gap"] or math.isclose(
+            sorted(history, key=lambda m: m.step)[-1].value, metrics["dual_gap"])
+        assert not pending[0].exists()
+    finally:
+        server.stop()
+    assert events[0] == "down after checkpoint 3" and events[1] == "up after checkpoint 6"
+
+
+# ---------------------------------------------------------------- contract breaches
+
+
+def test_p_outside_the_set_stops_the_run_naming_the_plugin(tmp_path):
+    cfg = _cfg(tmp_path, p_player={"name": "escaping"}, resume=False,
+               tracking={"enabled": True, "uri": f"sqlite:///{tmp_path}/m.db",
+                         "experiment": "escape"})
+    with pytest.raises(harness.GuardError, match="p-player 'escaping' has p_t outside"):
+        harness.run(cfg, plugins=[Faulty()])
+    client = _client(f"sqlite:///{tmp_path}/m.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("escape").experiment_id])
+    assert run.info.status == "FAILED" and _steps(client, run.info.run_id)  # earlier kept
+
+
+def test_nan_loss_stops_the_run_naming_model_round_and_row(tmp_path):
+    cfg = _cfg(tmp_path, p_player={"name": "uniform"}, model={"name": "bad_loss"},
+               resume=False, tracking={"enabled": False})
+    with pytest.raises(harness.GuardError,
+                       match=r"model 'bad_loss' gave loss nan for row 3 at round \d+"):
+        harness.run(cfg, plugins=[Faulty()])
+
+
+# ---------------------------------------------------------------- config values
+
+
+def _invalid_values(spec: Param) -> list[object]:
+    """Values outside a declared parameter: wrong type, out of range, not a choice."""
+    bad: list[object] = [[1, 2]]
+    if spec.type in (int, float):
+        bad.append("x")
+        if spec.type is int:
+            bad.append(1.5)
+        if isinstance(spec.low, int | float):
+            bad.append(spec.low - 1 if spec.type is int else spec.low - 0.5)
+            if spec.low_open:
+                bad.append(spec.low)
+        if isinstance(spec.high, int | float):
+            bad.append(spec.high + 1)
+            if spec.high_open:
+                bad.append(spec.high)
+        if not spec.nullable:
+            bad.append(None)
+    elif spec.type is str:
+        bad.append(5)
+        if spec.choices:
+            bad.append("no-such-choice")
+    elif spec.type is bool:
+        bad.append("yes")
+    return bad
+
+
+def _builtin_param_cases() -> list[tuple[str, str, str, object]]:
+    registry = Registry(harness.make_plugin_manager(load_entrypoints=False))
+    cases = []
+    for kind in ("constraint_set", "p_player", "w_player", "model", "dataset"):
+        for name in registry.names(kind):
+            cls = registry.get(kind, name).cls
+            for param, spec in cls.params.items():
+                cases += [(kind, name, param, v) for v in _invalid_values(spec)]
+    return cases
+
+
+BUILTIN_CASES = _builtin_param_cases()
+
+
+@pytest.mark.parametrize(("kind", "name", "param", "value"), BUILTIN_CASES)
+def test_every_invalid_value_of_every_builtin_parameter_is_refused(kind, name, param, value):
+    registry = Registry(harness.make_plugin_manager(load_entrypoints=False))
+    cls = registry.get(kind, name).cls
+    example = getattr(cls, "contract_params", None)  # valid values of required parameters
+    base = dict(example(50)) if example is not None else ({"n": 50} if "n" in cls.params else {})
+    base.pop(param, None)
+    with pytest.raises(harness.ConfigError) as err:
+        registry.build(kind, name, **base, **{param: value})
+    message = str(err.value)
+    assert f"'{param}'" in message and name in message and "Got" in message
+
+
+def test_unknown_keys_are_refused_for_every_builtin():
+    registry = Registry(harness.make_plugin_manager(load_entrypoints=False))
+    for kind in ("constraint_set", "p_player", "w_player", "model", "dataset"):
+        for name in registry.names(kind):
+            with pytest.raises(harness.ConfigError, match=rf"Unknown parameter\(s\) \['bogus'\] "
+                                                           rf"for {name}"):
+                registry.build(kind, name, bogus=1)
