@@ -228,7 +228,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
     context.state["game"] = game
     status = "FAILED"
     try:
-        with _sigterm_as_interrupt():
+        with _stop_on_signals(game):
             hook.on_run_start(context=context)
             metrics = game.play()
         status = "FINISHED"
@@ -242,21 +242,26 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a scheduler's or ``kill``'s stop) ends the run like Ctrl-C: KILLED,
-    checkpoints kept. Only the main thread can install signal handlers."""
+def _stop_on_signals(game: Game) -> Iterator[None]:
+    """Ctrl-C and SIGTERM (a scheduler's or ``kill``'s stop) end the run between
+    two rounds, as KILLED with its checkpoints kept: an exception raised inside
+    a compiled kernel would surface as a SystemError instead. A second signal
+    interrupts at once. Only the main thread can install signal handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+    def request_stop(signum, frame):
+        if game.stop_requests:
+            raise KeyboardInterrupt(f"signal {signum}")
+        game.stop_requests.append(signum)
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run(

@@ -78,6 +78,8 @@ class Game:
         self.on_checkpoint = on_checkpoint
         self.progress = progress
         self.extra_metrics = extra_metrics
+        #: signals received (see ``harness.api``); the loop stops at the next round
+        self.stop_requests: list[int] = []
         self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
 
     def play(self) -> dict[str, float]:
@@ -92,7 +94,10 @@ class Game:
         pending = [int(r) for r in self.checkpoints if r > state.rounds]
         next_cp = pending.pop(0) if pending else -1
         t0 = time.perf_counter() - state.wall_time
+        stop = self.stop_requests
         for t in range(state.rounds + 1, self.horizon + 1):
+            if stop:  # a signal asked to stop: leave between rounds, never mid-kernel
+                raise KeyboardInterrupt(f"signal {stop[0]} before round {t}")
             prop = propose(rng)
             rows = prop.rows
             Xb, yb = X[rows], y[rows]
