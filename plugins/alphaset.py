@@ -23,7 +23,7 @@ from numba import njit
 
 import harness
 from harness import ConfigError, Param
-from plugins.kset import _depround
+from plugins.kset import _depround, kl_projection_row_caps
 
 #: ways to give the caps ``k alpha_i`` (the keys of the ``caps`` mapping)
 CAP_SOURCES = ("rows", "file", "column", "by_group")
@@ -58,7 +58,7 @@ def alpha_kl_projection(log_w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarra
     """
     log_w = np.ascontiguousarray(log_w, dtype=np.float64)
     kappa = np.ascontiguousarray(kappa, dtype=np.float64)
-    q, capped, feasible = _alpha_kl_projection(log_w, kappa, np.log(kappa))
+    q, capped, feasible = kl_projection_row_caps(log_w, kappa, np.log(kappa))
     if not feasible:
         raise ValueError(
             f"The KL projection onto per-row caps (sum {float(kappa.sum()):.6g}) needs "
@@ -67,43 +67,6 @@ def alpha_kl_projection(log_w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarra
             "(zero weights and gamma = 0?)."
         )
     return q, capped
-
-
-@njit(cache=True)
-def _alpha_kl_projection(log_w, kappa, log_kappa):  # pragma: no cover - compiled
-    n = log_w.size
-    capped = np.zeros(n, dtype=np.bool_)
-    mass = 0.0  # sum of kappa_i over the capped rows
-    top = -np.inf
-    shift = 0.0
-    while True:
-        top = -np.inf
-        for i in range(n):
-            if not capped[i] and log_w[i] > top:
-                top = log_w[i]
-        if top == -np.inf:
-            if mass >= 1.0 - 1e-12:  # every row capped, the caps sum to 1
-                break
-            return np.zeros(n), capped, False
-        total = 0.0
-        for i in range(n):
-            if not capped[i]:
-                total += np.exp(log_w[i] - top)
-        rest = 1.0 - mass
-        shift = np.log(rest) - np.log(total) if rest > 0.0 else -np.inf
-        # a row at its cap up to rounding is left uncapped (same q either way)
-        grew = False
-        for i in range(n):
-            if not capped[i] and (log_w[i] - top) + shift > log_kappa[i] + 1e-12:
-                capped[i] = True
-                mass += kappa[i]
-                grew = True
-        if not grew:
-            break
-    q = np.empty(n)
-    for i in range(n):
-        q[i] = kappa[i] if capped[i] else np.exp((log_w[i] - top) + shift)
-    return q, capped, True
 
 
 def multiset_round(kp: np.ndarray, caps: np.ndarray, k: int,

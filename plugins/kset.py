@@ -37,7 +37,8 @@ def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, n
     log_w = np.ascontiguousarray(log_w, dtype=np.float64)
     if log_w.size * kappa <= 1.0 + 1e-12:  # the set is the single point 1/n
         return np.full(log_w.size, 1.0 / log_w.size), np.ones(log_w.size, dtype=bool)
-    q, capped, feasible = _capped_kl_projection(log_w, kappa)
+    caps = np.full(log_w.size, kappa)
+    q, capped, feasible = kl_projection_row_caps(log_w, caps, np.full(log_w.size, np.log(kappa)))
     if not feasible:
         raise ValueError(
             f"The KL projection onto caps {kappa:.6g} needs more than {int(1 / kappa)} rows "
@@ -48,13 +49,13 @@ def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, n
 
 
 @njit(cache=True)
-def _capped_kl_projection(log_w, kappa):  # pragma: no cover - compiled
+def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compiled
+    """Compiled core of the KL projection onto ``{0 <= q_i <= kappa_i, sum q = 1}``
+    (one cap per row; the k-set passes a constant cap). Returns q, the capped
+    mask and whether a projection exists."""
     n = log_w.size
     capped = np.zeros(n, dtype=np.bool_)
-    m = 0
-    log_kappa = np.log(kappa)
-    # exponents are formed relative to the largest uncapped log-weight, so their
-    # rounding error does not grow with the weights' magnitude
+    mass = 0.0  # sum of kappa_i over the capped rows
     top = -np.inf
     shift = 0.0
     while True:
@@ -62,26 +63,28 @@ def _capped_kl_projection(log_w, kappa):  # pragma: no cover - compiled
         for i in range(n):
             if not capped[i] and log_w[i] > top:
                 top = log_w[i]
-        if top == -np.inf:  # every uncapped weight is zero: no projection exists
+        if top == -np.inf:
+            if mass >= 1.0 - 1e-12:  # every row capped, the caps sum to 1
+                break
             return np.zeros(n), capped, False
         total = 0.0
         for i in range(n):
             if not capped[i]:
                 total += np.exp(log_w[i] - top)
-        shift = np.log1p(-m * kappa) - np.log(total)
-        # a row at the cap up to rounding is left uncapped (same q either way),
-        # so m * kappa never passes 1 by rounding (e.g. kappa = 1/4 + 6e-17)
+        rest = 1.0 - mass
+        shift = np.log(rest) - np.log(total) if rest > 0.0 else -np.inf
+        # a row at its cap up to rounding is left uncapped (same q either way)
         grew = False
         for i in range(n):
-            if not capped[i] and (log_w[i] - top) + shift > log_kappa + 1e-12:
+            if not capped[i] and (log_w[i] - top) + shift > log_kappa[i] + 1e-12:
                 capped[i] = True
-                m += 1
+                mass += kappa[i]
                 grew = True
-        if not grew or m * kappa >= 1.0:
+        if not grew:
             break
     q = np.empty(n)
     for i in range(n):
-        q[i] = kappa if capped[i] else np.exp((log_w[i] - top) + shift)
+        q[i] = kappa[i] if capped[i] else np.exp((log_w[i] - top) + shift)
     return q, capped, True
 
 
