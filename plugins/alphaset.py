@@ -23,7 +23,7 @@ from numba import njit
 
 import harness
 from harness import ConfigError, Param
-from plugins.kset import _depround, kl_projection_row_caps
+from plugins.kset import _depround, euclidean_projection_row_caps, kl_projection_row_caps
 
 #: ways to give the caps ``k alpha_i`` (the keys of the ``caps`` mapping)
 CAP_SOURCES = ("rows", "file", "column", "by_group")
@@ -139,30 +139,10 @@ def _multiset_round(kp, caps, u, k):  # pragma: no cover - compiled
 
 def capped_simplex_euclidean_rows(v: np.ndarray, caps: np.ndarray) -> np.ndarray:
     """Euclidean projection of ``v`` onto ``{0 <= p_i <= a_i, sum p = 1}``
-    (``sum a >= 1``).
-
-    ``p_i = clip(v_i - tau, 0, a_i)`` where ``f(tau) = sum_i clip(v_i - tau, 0,
-    a_i)`` is piecewise linear and non-increasing with breakpoints ``v_i`` and
-    ``v_i - a_i``; f is evaluated at all 2n breakpoints from the prefix sums of
-    the sorted ``v`` and the sorted ``v - a``, and ``tau`` is interpolated on the
-    segment where f crosses 1 (``plugins.kset.capped_simplex_euclidean`` with a
-    cap per row). O(n log n), exact.
-    """
-    v = np.asarray(v, dtype=np.float64)
-    n = v.size
-    u = np.sort(v)
-    low = np.sort(v - caps)
-    prefix_u = np.concatenate(([0.0], np.cumsum(u)))
-    prefix_low = np.concatenate(([0.0], np.cumsum(low)))
-    bps = np.sort(np.concatenate((low, u)))
-    i1 = np.searchsorted(u, bps, side="right")  # v_i > tau: contributes v_i - tau
-    i2 = np.searchsorted(low, bps, side="right")  # v_i - a_i > tau: at the cap
-    c1, c2 = n - i1, n - i2
-    f = (prefix_u[-1] - prefix_u[i1] - c1 * bps) - (prefix_low[-1] - prefix_low[i2] - c2 * bps)
-    j = max(int(np.searchsorted(-f, -1.0, side="right")) - 1, 0)  # f[0] = sum a >= 1
-    slope = c1[j] - c2[j]
-    tau = bps[j] + (f[j] - 1.0) / slope if slope > 0 else bps[j]
-    return np.clip(v - tau, 0.0, caps)
+    (``sum a >= 1``): ``plugins.kset.euclidean_projection_row_caps``, the kernel
+    the k-set uses with one cap for every row. O(n log n), exact."""
+    return euclidean_projection_row_caps(np.ascontiguousarray(v, dtype=np.float64),
+                                         np.ascontiguousarray(caps, dtype=np.float64))
 
 
 # ---------------------------------------------------------------------------

@@ -184,27 +184,61 @@ def systematic(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def capped_simplex_euclidean(v: np.ndarray, cap: float) -> np.ndarray:
-    """Euclidean projection of ``v`` onto ``{0 <= p_i <= cap, sum p = 1}``.
+    """Euclidean projection of ``v`` onto ``{0 <= p_i <= cap, sum p = 1}``
+    (``euclidean_projection_row_caps`` with one cap for every row)."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    return euclidean_projection_row_caps(v, np.full(v.size, float(cap)))
 
-    ``p_i = clip(v_i - tau, 0, cap)`` where ``f(tau) = sum_i clip(v_i - tau, 0, cap)``
-    is piecewise linear and decreasing with breakpoints ``v_i`` and
-    ``v_i - cap``; f is evaluated at all 2n breakpoints from prefix sums and
-    ``tau`` interpolated on the segment where f crosses 1. O(n log n), exact.
+
+@njit(cache=True)
+def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
+    """Euclidean projection of ``v`` onto ``{0 <= p_i <= caps_i, sum p = 1}``
+    (``sum caps >= 1``), compiled; the k-set passes a constant cap.
+
+    ``p_i = clip(v_i - tau, 0, caps_i)`` where ``f(tau) = sum_i clip(v_i - tau,
+    0, caps_i)`` is piecewise linear and non-increasing with breakpoints
+    ``v_i`` and ``v_i - caps_i``. The breakpoints are walked in increasing
+    order (a merge of the sorted ``v`` and the sorted ``v - caps``) with
+    running sums, up to the last one where ``f >= 1``; ``tau`` is interpolated
+    on the segment after it, where ``f`` has slope ``-(#rows strictly between
+    their two breakpoints)``. O(n log n) for the two sorts, exact.
     """
-    v = np.asarray(v, dtype=np.float64)
     n = v.size
     u = np.sort(v)
-    prefix = np.concatenate(([0.0], np.cumsum(u)))
-    total = prefix[-1]
-    bps = np.sort(np.concatenate((u - cap, u)))
-    i1 = np.searchsorted(u, bps, side="right")  # v_i > tau: contributes v_i - tau
-    i2 = np.searchsorted(u - cap, bps, side="right")  # v_i - cap > tau: capped
-    c1, c2 = n - i1, n - i2
-    f = (total - prefix[i1] - c1 * bps) - (total - prefix[i2] - cap * c2 - c2 * bps)
-    j = max(int(np.searchsorted(-f, -1.0, side="right")) - 1, 0)  # f[0] = n cap >= 1
-    slope = c1[j] - c2[j]
-    tau = bps[j] + (f[j] - 1.0) / slope if slope > 0 else bps[j]
-    return np.clip(v - tau, 0.0, cap)
+    low = np.sort(v - caps)
+    total_u = 0.0
+    total_low = 0.0
+    for i in range(n):
+        total_u += u[i]
+        total_low += low[i]
+    a = 0  # rows with v_i <= tau (they contribute 0)
+    b = 0  # rows with v_i - caps_i <= tau (the others sit at their cap)
+    below_u = 0.0
+    below_low = 0.0
+    bp_j = min(u[0], low[0])
+    f_j = 1.0
+    slope_j = 0
+    first = True
+    while a < n or b < n:
+        bp = low[b] if b < n and (a >= n or low[b] <= u[a]) else u[a]
+        while a < n and u[a] <= bp:
+            below_u += u[a]
+            a += 1
+        while b < n and low[b] <= bp:
+            below_low += low[b]
+            b += 1
+        c1 = n - a
+        c2 = n - b
+        f = (total_u - below_u - c1 * bp) - (total_low - below_low - c2 * bp)
+        if f < 1.0 and not first:
+            break
+        bp_j, f_j, slope_j = bp, f, c1 - c2
+        first = False
+    tau = bp_j + (f_j - 1.0) / slope_j if slope_j > 0 else bp_j
+    p = np.empty(n)
+    for i in range(n):
+        p[i] = min(max(v[i] - tau, 0.0), caps[i])
+    return p
 
 
 class KSet:
