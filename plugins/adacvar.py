@@ -6,7 +6,7 @@ import math
 from typing import ClassVar
 
 import numpy as np
-from scipy.optimize import brentq
+from numba import njit
 
 import harness
 from harness import Param, Proposal
@@ -14,20 +14,68 @@ from harness import Param, Proposal
 
 def dpp_marginals(log_w: np.ndarray, k: int) -> np.ndarray:
     """Approximate k-DPP marginals ``m_i = e^nu w_i / (1 + e^nu w_i)`` with ``nu``
-    the root of ``sum_i m_i = k`` (monotone in nu; Brent's method in log space)."""
+    the root of ``sum_i m_i = k`` (``dpp_shift``)."""
+    log_w = np.ascontiguousarray(log_w, dtype=np.float64)
     if k >= log_w.size:
         return np.ones(log_w.size)
-
-    def excess(nu: float) -> float:
-        return float(np.sum(_sigmoid(nu + log_w))) - k
-
-    hi = -float(np.min(log_w)) + math.log(k) + 40.0
-    lo = -float(np.max(log_w)) + math.log(k / log_w.size) - 40.0
-    return _sigmoid(brentq(excess, lo, hi, xtol=1e-12) + log_w)
+    return _sigmoid(dpp_shift(log_w, float(k)) + log_w)
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(0.0, -z))
+
+
+@njit(cache=True)
+def dpp_shift(log_w, k):  # pragma: no cover - compiled
+    """The root ``nu`` of ``g(nu) = sum_i sigmoid(nu + log_w_i) - k`` (``k < n``),
+    compiled: Newton's method kept inside a bracket that every step shrinks,
+    with a bisection step whenever Newton's would leave it.
+
+    ``g`` is increasing. Since ``sigmoid(z) <= e^z``, ``g`` is <= 0 at
+    ``nu_0 = log k - logsumexp(log_w)``, the start; since ``sigmoid(z) >=
+    1 - e^-z``, ``g`` is >= 0 at ``log k - min log_w + log(n)`` for ``k <= n - 1``
+    (``hi`` below has room to spare). Stops when a step or the bracket is
+    within a few ulps of ``nu``, at most 200 steps (Newton's quadratic
+    convergence makes that a handful of steps).
+    """
+    n = log_w.size
+    top = -np.inf
+    least = np.inf
+    for i in range(n):
+        top = max(top, log_w[i])
+        least = min(least, log_w[i])
+    total = 0.0
+    for i in range(n):
+        total += np.exp(log_w[i] - top)
+    lo = np.log(k) - (top + np.log(total))
+    hi = np.log(k) - least + np.log(n) + 40.0
+    nu = lo
+    for _ in range(200):
+        tol = 4e-16 * max(1.0, abs(nu))
+        g = -k
+        slope = 0.0
+        for i in range(n):
+            z = nu + log_w[i]
+            if z >= 0.0:
+                s = 1.0 / (1.0 + np.exp(-z))
+            else:
+                e = np.exp(z)
+                s = e / (1.0 + e)
+            g += s
+            slope += s * (1.0 - s)
+        if g == 0.0:
+            return nu
+        if g < 0.0:
+            lo = nu
+        else:
+            hi = nu
+        step = nu - g / slope if slope > 0.0 else 0.5 * (lo + hi)
+        if not lo < step < hi:
+            step = 0.5 * (lo + hi)
+        if abs(step - nu) <= tol or hi - lo <= tol:
+            return step
+        nu = step
+    return nu
 
 
 class AdaCVaR:
