@@ -2,13 +2,15 @@
 
     python tools/bench_round.py                       # breast cancer, 1e7 data points, k=20
     python tools/bench_round.py --dataset boston --budget 1e6
+    python tools/bench_round.py --p-player safl --budget 1e6   # part 1 only
 
 Part 1 times a whole game as ``harness.play`` runs it (tracking off; the
 checkpoints' dual-gap evaluations included) and reports the checkpoints'
 share. Part 2 replays rounds phase by phase on the same kind of state
 (timers around each phase, so its total is a little above part 1's per-round
 cost) to show where a round's time goes: sampling (DepRound), projection
-(Algorithm 4), loss evaluation, p-player update, w-player update.
+(Algorithm 4), loss evaluation, p-player update, w-player update. With
+``--p-player`` another p-player's whole game is timed (part 1 only).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import numpy as np
 import harness
 
 
-def config(dataset: str, budget: float, k: int, checkpoints: int) -> dict:
+def config(dataset: str, budget: float, k: int, checkpoints: int,
+           p_player: str = "exp4mp") -> dict:
     return {
         "constraint": {"name": "kset", "k": k},
-        "p_player": {"name": "exp4mp"},
+        "p_player": {"name": p_player},
         "w_player": {"name": "ogd"},
         "model": {"name": "auto"},
         "dataset": {"name": dataset},
@@ -106,11 +109,14 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--checkpoints", type=int, default=30)
     parser.add_argument("--split-rounds", type=int, default=20000)
+    parser.add_argument("--p-player", default="exp4mp",
+                        help="p-player of the whole run; the phase split is OL-EXP.4M's")
     args = parser.parse_args()
-    cfg = config(args.dataset, args.budget, args.k, args.checkpoints)
+    cfg = config(args.dataset, args.budget, args.k, args.checkpoints, args.p_player)
     harness.run({**cfg, "budget": 100 * args.k})  # compile the numba kernels first
     whole_run(cfg)
-    phase_split(cfg, args.split_rounds)
+    if args.p_player == "exp4mp":
+        phase_split(cfg, args.split_rounds)
 
 
 if __name__ == "__main__":
