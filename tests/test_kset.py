@@ -546,6 +546,36 @@ def test_lmo_value_dominates_every_point_of_the_kset(case, seed):
     assert value >= float(losses[rows].sum()) / k - 1e-12
 
 
+@settings(max_examples=150, deadline=None)
+@given(weights_and_k(), st.integers(min_value=0, max_value=2**32 - 1),
+       st.sampled_from(["depround", "systematic"]))
+def test_samplers_draw_k_distinct_rows_for_any_point_of_the_kset(case, seed, sampler):
+    w, k, gamma = case
+    K = harness.build("constraint_set", "kset", n=w.size, k=k, sampler=sampler)
+    rows = K.sample(K.project(w, gamma), np.random.default_rng(seed))
+    assert rows.size == k and np.unique(rows).size == k
+    assert rows.min() >= 0 and rows.max() < w.size
+
+
+@settings(max_examples=200, deadline=None)
+@given(weights_and_k(), st.integers(min_value=0, max_value=2**32 - 1),
+       st.sampled_from([1e-3, 1.0, 1e3]))
+def test_euclidean_projection_is_in_kset_idempotent_and_optimal(case, seed, scale):
+    # any real input (signs from the seed); optimality by the first-order
+    # condition max_{q in K} <v - p, q - p> <= 0, the max taken by the oracle;
+    # tolerance 1e-9 relative to the input's scale; membership and idempotence
+    # to 1e-12 times that scale (p = v - tau cancels about log2(scale) bits)
+    w, k, _ = case
+    K = kset(w.size, k)
+    v = w / w.max() * scale * np.random.default_rng(seed).choice([-1.0, 1.0], size=w.size)
+    p = K.euclidean_project(v)
+    tol = 1e-12 * max(1.0, scale)
+    assert K.contains(p, atol=tol)
+    np.testing.assert_allclose(K.euclidean_project(p), p, rtol=0, atol=tol)
+    value, _ = K.lmo(v - p)
+    assert value - float((v - p) @ p) <= 1e-9 * max(1.0, scale)
+
+
 # ---------------------------------------------------------------------------
 # membership and validation
 # ---------------------------------------------------------------------------
