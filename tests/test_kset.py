@@ -10,7 +10,6 @@ against the two known wrong variants is itself tested.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
@@ -23,11 +22,7 @@ import harness
 import plugins.kset as kset_module
 from plugins.kset import KSet, capped_kl_projection, depround
 
-try:  # SLSQP's tiny dense solves run ~7x slower with multi-threaded BLAS on a busy machine
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover - optional
-    def threadpool_limits(*args, **kwargs):
-        return contextlib.nullcontext()
+from reference_solvers import random_weights, slsqp_kl_projection
 
 # ---------------------------------------------------------------------------
 # independent reference for the KL projection
@@ -40,51 +35,6 @@ except ImportError:  # pragma: no cover - optional
 # the wrong projections in test_reference_rejects_wrong_projections (capping
 # the wrong rows, or lambda without renormalisation: errors >= 0.02 here).
 PROJ_TOL = 2e-7
-
-
-_SOLVED: dict[tuple[bytes, float], np.ndarray] = {}
-
-
-def slsqp_kl_projection(w: np.ndarray, kappa: float) -> np.ndarray:
-    """argmin_q sum q_i log(q_i / v_i) s.t. 0 <= q_i <= kappa, sum q = 1, v = w / sum w
-    (memoised: several tests share the same instances)."""
-    key = (np.asarray(w, dtype=np.float64).tobytes(), float(kappa))
-    if key not in _SOLVED:
-        _SOLVED[key] = _slsqp_kl_projection(np.asarray(w, dtype=np.float64), kappa)
-    return _SOLVED[key].copy()
-
-
-def _slsqp_kl_projection(w: np.ndarray, kappa: float) -> np.ndarray:
-    v = w / w.sum()
-    n = v.size
-    tiny = 1e-300
-
-    def f(q):
-        q = np.maximum(q, tiny)
-        return float(np.sum(q * np.log(q / v)))
-
-    def g(q):
-        return np.log(np.maximum(q, tiny) / v) + 1.0
-
-    x0 = np.full(n, 1.0 / n)  # feasible start: n * kappa >= 1
-    with threadpool_limits(limits=1):
-        res = optimize.minimize(
-            f, x0, jac=g, method="SLSQP", bounds=[(0.0, kappa)] * n,
-            constraints=[{"type": "eq", "fun": lambda q: q.sum() - 1.0,
-                          "jac": lambda q: np.ones(n)}],
-            options={"ftol": 1e-15, "maxiter": 2000},
-        )
-    q = np.clip(res.x, 0.0, kappa)
-    assert abs(q.sum() - 1.0) < 1e-9, res.message
-    return q
-
-
-def random_weights(rng: np.random.Generator, n: int, n_large: int = 3) -> np.ndarray:
-    """Positive weights with a few very large ones, so that capping is active."""
-    w = rng.exponential(size=n) + 1e-3
-    big = rng.choice(n, size=min(n_large, n), replace=False)
-    w[big] *= rng.uniform(20.0, 1000.0, size=big.size)
-    return w
 
 
 def instances(count: int, seed: int):
