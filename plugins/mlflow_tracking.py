@@ -100,7 +100,8 @@ def on_run_start(context):
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
         client.update_run(resumed["run_id"], status="RUNNING")
-        context.state["mlflow"] = {**resumed, "client": client, "pending": []}
+        context.state["mlflow"] = {**resumed, "client": client, "pending": [],
+                                   "logged_through": _last_step(client, resumed["run_id"])}
         return
     tags = dict(context.tags)
     sweep = (context.state.get("sweep") or {}).get("mlflow")
@@ -123,6 +124,15 @@ def on_run_start(context):
         context.state.pop("mlflow")
         client.set_terminated(run_id, status="FAILED")
         raise
+
+
+def _last_step(client, run_id: str) -> int:
+    """The last checkpoint step the run holds. A process killed outright (SIGKILL,
+    out of memory) between logging a checkpoint and saving the game state
+    resumes from the state before it and reaches that checkpoint again; it is
+    not logged twice."""
+    return max((m.step for key in client.get_run(run_id).data.metrics
+                for m in client.get_metric_history(run_id, key)), default=-1)
 
 
 def _pending_file(context, handle) -> Path:
@@ -177,7 +187,7 @@ def _send(context, handle, record: dict) -> None:
 @harness.hookimpl
 def on_checkpoint(context, step: int, metrics: Mapping[str, float]):
     handle = context.state.get("mlflow")
-    if handle is None:
+    if handle is None or step <= handle.get("logged_through", -1):
         return
     record = {"step": int(step), "timestamp": int(time.time() * 1000),
               "metrics": {k: float(v) for k, v in metrics.items()}}

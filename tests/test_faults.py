@@ -181,6 +181,80 @@ def test_sigterm_ends_the_cli_run_killed_and_resume_finishes_it(tmp_path):
     assert steps[: len(kept)] == kept and steps[-1] == 2_000_000
 
 
+def test_killed_between_logging_and_saving_logs_each_checkpoint_once(tmp_path, monkeypatch):
+    # the narrowest window of an outright kill: checkpoint 4 is logged, then
+    # the process dies before the game state is saved; resume starts from
+    # checkpoint 3, reaches 4 again, and must not log it twice
+    from harness import state
+
+    Flaky.calls, Flaky.fail_at = 0, None
+    reference = harness.run(_cfg(tmp_path, resume=False, tracking={"enabled": False}),
+                            plugins=[Faulty()])
+    real_save, saves = state.save, [0]
+
+    def dying_save(*args):
+        saves[0] += 1
+        if saves[0] == 4:
+            raise KeyboardInterrupt("killed before the state was saved")
+        return real_save(*args)
+
+    cfg = _cfg(tmp_path)
+    monkeypatch.setattr(state, "save", dying_save)
+    with pytest.raises(KeyboardInterrupt):
+        harness.run(cfg, plugins=[Faulty()])
+    monkeypatch.setattr(state, "save", real_save)
+    client = _client(cfg["tracking"]["uri"])
+    (run,) = client.search_runs([client.get_experiment_by_name("faults").experiment_id])
+    assert len(_steps(client, run.info.run_id)) == 4
+    final = harness.run(cfg, plugins=[Faulty()])
+    assert {k: v for k, v in final.items() if k != "wall_time_s"} == {
+        k: v for k, v in reference.items() if k != "wall_time_s"}
+    steps = _steps(client, run.info.run_id)
+    assert len(steps) == len(set(steps)) and steps == sorted(steps) and steps[-1] == 20_000
+
+
+def test_sigkill_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
+    # kill -9 (nothing runs in the process after it) at a random moment after
+    # the first saved state (seed 11 draws the delay, 0-2 s); resume must end
+    # with the final metrics of an uninterrupted run, each checkpoint logged once
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    common = ["budget=2000000", "checkpoints=40", "progress=false", "seed=5"]
+    args = [sys.executable, "-m", "harness", *common, f"tracking.uri={uri}",
+            "tracking.experiment=sigkill"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / ".minimax-bench").glob("state-*.pkl")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(float(np.random.default_rng(11).uniform(0.0, 2.0)))
+    proc.kill()
+    proc.wait(timeout=60)
+    client = _client(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("sigkill").experiment_id])
+    assert run.info.status == "RUNNING"  # nobody could end it
+    kept = _steps(client, run.info.run_id)
+    assert kept and kept[-1] < 2_000_000
+    done = subprocess.run([*args, "resume=true"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from round" in done.stdout
+    (run,) = client.search_runs([client.get_experiment_by_name("sigkill").experiment_id])
+    assert run.info.status == "FINISHED"
+    steps = _steps(client, run.info.run_id)
+    assert steps[: len(kept)] == kept and len(steps) == len(set(steps))
+    uninterrupted = [sys.executable, "-m", "harness", *common, f"tracking.uri={uri}",
+                     "tracking.experiment=uninterrupted"]
+    subprocess.run(uninterrupted, cwd=tmp_path, env=env, check=True, capture_output=True,
+                   timeout=600)
+    (ref,) = client.search_runs([client.get_experiment_by_name("uninterrupted").experiment_id])
+    want, got = ref.data.metrics, client.get_run(run.info.run_id).data.metrics
+    want.pop("wall_time_s", None)
+    got.pop("wall_time_s", None)
+    assert got == want and len(want) > 5
+
+
 # ---------------------------------------------------------------- tracking server
 
 
