@@ -10,12 +10,14 @@ to another row every ``--period`` rounds; its p_t is checked every
 step sizes are their theory defaults for the horizon, times ``--eta-scale``
 where the player has an ``eta``: a scale of s makes one round move the
 log-weights as far as s rounds at the default step, so a short run with a
-large scale reaches the weight ranges of a long one.
+large scale reaches the weight ranges of a long one. Progress goes to stderr
+every tenth of the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -37,6 +39,7 @@ def run(player: str, constraint: str, rounds: int, period: int, check_every: int
     rng = np.random.default_rng(0)
     gains = np.zeros(N)
     start = time.perf_counter()
+    tenth = max(rounds // 10, 1)
     for t in range(rounds):
         if t % period == 0:
             gains[:] = 0.0
@@ -47,6 +50,9 @@ def run(player: str, constraint: str, rounds: int, period: int, check_every: int
             p = pp.p
             if not (np.all(np.isfinite(p)) and K_set.contains(p, atol=1e-9)):
                 return f"{player:>10} on {constraint:<8} FAILED at round {t + 1}: p={p}"
+        if (t + 1) % tenth == 0 and t + 1 < rounds:
+            print(f"  {player} on {constraint}: {t + 1:,} of {rounds:,} rounds, "
+                  f"{time.perf_counter() - start:,.0f} s", file=sys.stderr, flush=True)
     p = pp.p
     seconds = time.perf_counter() - start
     return (f"{player:>10} on {constraint:<8} {rounds:,} rounds in {seconds:,.0f} s: p in the "
