@@ -100,8 +100,11 @@ def on_run_start(context):
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
         client.update_run(resumed["run_id"], status="RUNNING")
-        context.state["mlflow"] = {**resumed, "client": client, "pending": [],
-                                   "logged_through": _last_step(client, resumed["run_id"])}
+        handle = {**resumed, "client": client, "pending": []}
+        context.state["mlflow"] = handle
+        _take_over_pending(context, handle)
+        handle["logged_through"] = max(
+            [_last_step(client, handle["run_id"])] + [r["step"] for r in handle["pending"]])
         return
     tags = dict(context.tags)
     sweep = (context.state.get("sweep") or {}).get("mlflow")
@@ -135,6 +138,38 @@ def _last_step(client, run_id: str) -> int:
                 for m in client.get_metric_history(run_id, key)), default=-1)
 
 
+def _read_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _take_over_pending(context, handle) -> None:
+    """A resumed run first sends the checkpoints its interrupted run could not
+    (its final status is dropped: this run sets its own); if the store fails
+    again they stay buffered ahead of the new ones, in the same file."""
+    path = _pending_file(context, handle)
+    if not path.is_file():
+        return
+    handle["pending"] = [r for r in _read_records(path) if "status" not in r]
+    try:
+        _flush(handle)
+    except Exception as err:  # noqa: BLE001 - any transport or server error
+        print(f"minimax-bench: {len(handle['pending'])} checkpoint(s) left in {path} by the "
+              f"interrupted run are still unsent ({err!r}); they are kept and sent first.",
+              file=sys.stderr)
+        _write_pending(path, handle)
+        return
+    path.unlink()
+    print(f"minimax-bench: sent the checkpoints left in {path} by the interrupted run.",
+          file=sys.stderr)
+
+
+def _write_pending(path: Path, handle) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"uri": handle["uri"], "run_id": handle["run_id"], **r})
+             for r in handle["pending"]]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def _pending_file(context, handle) -> Path:
     folder = Path(context.config.get("state_dir") or ".minimax-bench")
     return folder / f"pending-{handle['run_id']}.jsonl"
@@ -163,10 +198,7 @@ def _buffer(context, handle, record: dict, err: Exception) -> None:
               f"checkpoints are kept in {path} and sent when it answers again.",
               file=sys.stderr)
     handle["pending"].append(record)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"uri": handle["uri"], "run_id": handle["run_id"], **r})
-             for r in handle["pending"]]
-    path.write_text("\n".join(lines) + "\n")
+    _write_pending(path, handle)
 
 
 def _send(context, handle, record: dict) -> None:
@@ -210,7 +242,7 @@ def on_run_end(context, status: str, metrics: Mapping[str, Any]):
 def replay(path: str | Path) -> int:
     """Send a pending file's records (checkpoints, then the final status) to their run."""
     path = Path(path)
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = _read_records(path)
     if not records:
         return 0
     handle = {"client": _client(records[0]["uri"]), "run_id": records[0]["run_id"],

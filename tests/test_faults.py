@@ -351,6 +351,55 @@ def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path):
     assert events[0] == "down after checkpoint 3" and events[1] == "up after checkpoint 6"
 
 
+def test_resume_sends_what_the_interrupted_run_buffered(tmp_path):
+    # the server goes down after checkpoint 3, the run is interrupted at round
+    # 3500 of 4000 with checkpoints 3.. buffered; the server returns and the
+    # resumed run must send them first: every checkpoint once, the same final
+    # numbers as an uninterrupted run, no pending file left
+    Flaky.calls, Flaky.fail_at = 0, None
+    reference = harness.run(_cfg(tmp_path, resume=False, tracking={"enabled": False}),
+                            plugins=[Faulty()])
+    server = Server(tmp_path)
+    server.start()
+
+    class DownAfter3:
+        count = 0
+
+        @harness.hookimpl(trylast=True)
+        def on_checkpoint(self, context, step, metrics):
+            DownAfter3.count += 1
+            if DownAfter3.count == 3:
+                server.stop()
+
+    cfg = _cfg(tmp_path, tracking={"enabled": True, "uri": server.uri, "experiment": "again"})
+    try:
+        Flaky.calls, Flaky.fail_at = 0, 3500
+        with pytest.raises(KeyboardInterrupt):
+            harness.run(cfg, plugins=[Faulty(), DownAfter3()])
+        (pending,) = (tmp_path / "state").glob("pending-*.jsonl")
+        buffered = [json.loads(x) for x in pending.read_text().splitlines()]
+        assert buffered[-1] == {**buffered[-1], "status": "KILLED"} and len(buffered) >= 3
+        server.start()
+        Flaky.calls, Flaky.fail_at = 0, None
+        final = harness.run(cfg, plugins=[Faulty()])
+        client = _client(server.uri)
+        (run,) = client.search_runs([client.get_experiment_by_name("again").experiment_id])
+        history = client.get_metric_history(run.info.run_id, "dual_gap")
+    finally:
+        server.stop()
+    final.pop("wall_time_s")
+    reference.pop("wall_time_s")
+    assert final == reference and run.info.status == "FINISHED"
+    steps = sorted(m.step for m in history)
+    assert len(steps) == len(set(steps)) == len(_checkpoint_rounds(cfg)) and steps[-1] == 20_000
+    assert not pending.exists()
+
+
+def _checkpoint_rounds(cfg: dict) -> list[int]:
+    return list(harness.prepare({**cfg, "tracking": {"enabled": False}},
+                                _registry()).checkpoints)
+
+
 # ---------------------------------------------------------------- contract breaches
 
 
