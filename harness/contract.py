@@ -9,12 +9,22 @@ suite on its own plugins with one import in one of its test files::
 
 and ``MINIMAX_BENCH_CONTRACT_PLUGINS=<its entry-point name>`` in the
 environment to restrict the suite to them (comma-separated plugin names;
-built-ins are named ``plugins.<module>``).
+built-ins are named ``plugins.<module>``). A listed name that matches no
+registered plugin with a component the suite checks is an error when the
+suite is collected; the message lists the plugin names that do match, so a
+misspelt name never turns into a run where everything is skipped.
 
 A component whose constructor needs values the suite cannot guess (a file
 path, per-row caps) provides ``contract_params(n)``, a classmethod returning
 the parameters for an instance over ``n`` rows of the suite's data
 (``ContractData``). Every statistical check states its seed and tolerance.
+
+A constraint set's oracle is compared with a linear program when the set's
+LP form ``K = {p : 0 <= p_i <= c_i, sum p = 1}`` is known: the set declares
+its per-row caps ``c`` with ``row_caps`` (a method returning them, or an
+attribute holding them; None if ``K`` is not of that form), otherwise
+``plugins.optimum.row_caps`` recognises the built-in forms (k-set, simplex,
+alpha-set). For any other set that test is skipped with a reason saying so.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from scipy.optimize import linprog
 
 import harness
 from harness import Param
+from harness.registry import KINDS
 
 N_ROWS = 24
 
@@ -62,8 +73,44 @@ class _ContractPlugin:
 
 
 REGISTRY = harness.Registry(harness.make_plugin_manager([_ContractPlugin()]))
-_ONLY = {p.strip() for p in os.environ.get("MINIMAX_BENCH_CONTRACT_PLUGINS", "").split(",")
-         if p.strip()}
+SELECT_ENV = "MINIMAX_BENCH_CONTRACT_PLUGINS"
+
+
+class SelectionError(LookupError):
+    """``MINIMAX_BENCH_CONTRACT_PLUGINS`` names a plugin the suite cannot check."""
+
+
+def _checked_plugins(registry: harness.Registry) -> dict[str, list[str]]:
+    """Plugin name -> the components it registers that the suite checks."""
+    owners: dict[str, list[str]] = {}
+    for kind in KINDS:
+        for name in registry.names(kind):
+            if kind == "dataset" and name == ContractData.name:
+                continue
+            owners.setdefault(registry.get(kind, name).plugin, []).append(f"{kind} {name}")
+    return owners
+
+
+def _selection(value: str, registry: harness.Registry) -> set[str]:
+    """The plugin names listed in ``value`` (comma-separated; empty: every plugin).
+    Raise ``SelectionError`` naming every listed name that matches no plugin
+    registering a component the suite checks, and listing the names that do."""
+    only = {p.strip() for p in value.split(",") if p.strip()}
+    owners = _checked_plugins(registry)
+    unknown = sorted(only - set(owners))
+    if unknown:
+        others = sorted({name for name, _ in registry.pm.list_name_plugin()} & set(unknown))
+        why = (f" ({others} register no constraint set, player, model or data set)"
+               if others else "")
+        raise SelectionError(
+            f"{SELECT_ENV}={value!r} names {unknown}, which match no registered plugin "
+            f"with a component the contract suite checks{why}. Registered plugin names: "
+            f"{sorted(owners)}."
+        )
+    return only
+
+
+_ONLY = _selection(os.environ.get(SELECT_ENV, ""), REGISTRY)
 
 
 def _names(kind: str) -> list[str]:
@@ -117,12 +164,34 @@ def _weights(rng: np.random.Generator, n: int) -> np.ndarray:
 # ---------------------------------------------------------------- constraint sets
 
 
+def _lp_caps(K) -> np.ndarray | None:
+    """The per-row caps ``c`` of ``K = {p : 0 <= p_i <= c_i, sum p = 1}``: the
+    set's own ``row_caps`` (a method or an attribute) if it has one, else
+    ``plugins.optimum.row_caps`` (the built-in forms) when importable; None if
+    the LP form of ``K`` is unknown."""
+    declared = getattr(K, "row_caps", None)
+    if declared is not None:
+        caps = declared() if callable(declared) else declared
+    else:
+        try:
+            from plugins.optimum import row_caps
+        except ImportError:
+            return None
+        caps = row_caps(K)
+    if caps is None:
+        return None
+    caps = np.asarray(caps, dtype=np.float64)
+    assert caps.shape == (K.n,) and np.all(caps >= 0.0) and caps.sum() >= 1.0 - 1e-12, (
+        f"row caps of {K.name} must be n={K.n} values >= 0 summing to at least 1; "
+        f"got {caps!r:.200}")
+    return caps
+
+
 @pytest.mark.parametrize("name", _names("constraint_set"))
 def test_constraint_lmo_is_a_maximiser(name):
     # seed 0, 20 random loss vectors; tolerance 1e-9
     K = _constraint(name)
     rng = np.random.default_rng(0)
-    caps = getattr(K, "caps", None)
     for _ in range(20):
         losses = rng.random(K.n)
         value, p_star = K.lmo(losses)
@@ -130,10 +199,30 @@ def test_constraint_lmo_is_a_maximiser(name):
         assert value == pytest.approx(float(losses @ p_star), abs=1e-9)
         for _ in range(5):  # no point of K does better
             assert float(losses @ K.project(_weights(rng, K.n), 0.1)) <= value + 1e-9
-        if caps is not None:  # a capped simplex: compare with a linear program
-            lp = linprog(-losses, A_eq=np.ones((1, K.n)), b_eq=[1.0],
-                         bounds=list(zip(np.zeros(K.n), caps, strict=True)), method="highs")
-            assert lp.status == 0 and value == pytest.approx(-lp.fun, abs=1e-9)
+
+
+@pytest.mark.parametrize("name", _names("constraint_set"))
+def test_constraint_lmo_matches_a_linear_program(name):
+    # seed 0, 20 random loss vectors, every other one rounded to 0.1 (ties);
+    # the oracle's value equals the LP optimum (HiGHS) within 1e-9
+    K = _constraint(name)
+    caps = _lp_caps(K)
+    if caps is None:
+        pytest.skip(f"the LP form of constraint set '{name}' is unknown: give it a method "
+                    "row_caps() returning the caps c of K = {0 <= p_i <= c_i, sum p = 1} "
+                    "(None if K is not of that form) to compare its oracle with a "
+                    "linear program")
+    rng = np.random.default_rng(0)
+    for j in range(20):
+        losses = rng.random(K.n)
+        if j % 2:
+            losses = np.round(losses, 1)
+        value, p_star = K.lmo(losses)
+        assert np.all(p_star <= caps + 1e-9), (name, "the oracle's point exceeds the row caps")
+        lp = linprog(-losses, A_eq=np.ones((1, K.n)), b_eq=[1.0],
+                     bounds=list(zip(np.zeros(K.n), caps, strict=True)), method="highs")
+        assert lp.status == 0, (name, lp.message)
+        assert value == pytest.approx(-lp.fun, abs=1e-9), (name, j, value, -lp.fun)
 
 
 @pytest.mark.parametrize("name", _names("constraint_set"))
@@ -151,27 +240,31 @@ def test_constraint_projection_lands_in_the_set(name, gamma):
 
 @pytest.mark.parametrize("name", _names("constraint_set"))
 def test_constraint_sampler_marginals(name):
-    # seed 2, N = 4000 draws: every draw has total multiplicity k; the mean
-    # multiplicity of each row is within 4.5 standard errors of k p_i, the
-    # variance taken as the larger of the draws' and k p_i (1 - p_i) (sampling
-    # with replacement; dependent rounding has less), so a rarely drawn row
-    # does not shrink its own error bar. False alarms: below 1e-4 over 24 rows.
+    # seed 2, two points of K: a projection, and 1/4 of it plus 3/4 of an
+    # oracle vertex (rows with k p_i above 1 where caps allow). N = 4000 draws
+    # each: every draw has total multiplicity k; the mean multiplicity of each
+    # row is within 4.5 standard errors of k p_i, the variance taken as the
+    # larger of the draws' and k p_i (1 - p_i) (sampling with replacement;
+    # dependent rounding has less), so a rarely drawn row does not shrink its
+    # own error bar. False alarms: below 2e-4 over 2 x 24 rows.
     K = _constraint(name)
     rng = np.random.default_rng(2)
-    p = K.project(_weights(rng, K.n), 0.1)
-    N = 4000
-    counts = np.zeros((N, K.n))
-    for t in range(N):
-        rows, mult = _draw(K, p, rng)
-        assert np.unique(rows).size == rows.size and mult.sum() == K.k and mult.min() >= 1
-        counts[t, rows] = mult
-    mean, sd = counts.mean(axis=0), counts.std(axis=0)
-    target = K.k * p
-    se = np.sqrt(np.maximum(sd**2, target * (1.0 - p)) / N)
-    z = np.abs(mean - target) / np.maximum(se, 1e-300)
-    fixed = sd == 0  # rows always drawn the same number of times
-    assert np.all(np.abs(mean[fixed] - target[fixed]) < 1e-9)
-    assert np.all(z[~fixed] < 4.5), (name, z.max())
+    projected = K.project(_weights(rng, K.n), 0.1)
+    for p in (projected, 0.25 * projected + 0.75 * K.lmo(rng.random(K.n))[1]):
+        N = 4000
+        counts = np.zeros((N, K.n))
+        for t in range(N):
+            rows, mult = _draw(K, p, rng)
+            assert np.unique(rows).size == rows.size and mult.sum() == K.k and mult.min() >= 1, (
+                name, rows, mult)
+            counts[t, rows] = mult
+        mean, sd = counts.mean(axis=0), counts.std(axis=0)
+        target = K.k * p
+        se = np.sqrt(np.maximum(sd**2, target * (1.0 - p)) / N)
+        z = np.abs(mean - target) / np.maximum(se, 1e-300)
+        fixed = se == 0  # p_i = 0 or 1: no draw may differ
+        assert np.all(np.abs(mean[fixed] - target[fixed]) < 1e-9)
+        assert np.all(z[~fixed] < 4.5), (name, z.max())
 
 
 @pytest.mark.parametrize("name", _names("constraint_set"))
@@ -212,38 +305,122 @@ def _game(p_name: str, c_name: str, seed: int):
     return harness.prepare({**cfg, "budget": 300 * per_round}, REGISTRY)
 
 
+def _indices(rows: np.ndarray, n: int, what: str, t: int) -> None:
+    assert rows.ndim == 1 and rows.size >= 1 and np.issubdtype(rows.dtype, np.integer), (
+        f"round {t}: {what} must be a non-empty 1-D integer array; got {rows!r:.200}")
+    assert rows.min() >= 0 and rows.max() < n, f"round {t}: {what} outside [0, {n}): {rows}"
+
+
 @pytest.mark.parametrize(("name", "constraint"), _player_cases())
-def test_p_player_stays_in_the_set_and_observes_its_rows(name, constraint):
+def test_p_player_stays_in_the_set_and_proposes_valid_rows(name, constraint):
+    # seed 5, 300 rounds; membership of p_t and a_t within 1e-9. Data points:
+    # never more rows in a round than rows_per_round declares (the horizon is
+    # budget // rows_per_round), and the game counts exactly the rows proposed.
     prep = _game(name, constraint, seed=5)
     pp, K = prep.parts.p_player, prep.parts.constraint
+    per_round = pp.rows_per_round(K)
     propose, observe = pp.propose, pp.observe
-    seen = {"rounds": 0, "rows": None}
+    seen = {"rounds": 0, "prop": None, "rows": 0}
 
     def checked_propose(rng):
         prop = propose(rng)
-        rows = np.asarray(prop.rows)
-        assert rows.ndim == 1 and rows.size >= 1
-        assert rows.min() >= 0 and rows.max() < K.n
-        assert np.asarray(prop.weights).shape == rows.shape
-        assert np.all(np.isfinite(prop.weights))
+        t = seen["rounds"] + 1
+        rows, weights = np.asarray(prop.rows), np.asarray(prop.weights)
+        _indices(rows, K.n, "rows", t)
+        assert rows.size <= per_round, (
+            f"round {t}: {rows.size} rows proposed, rows_per_round declares {per_round}")
+        assert weights.shape == rows.shape and np.all(np.isfinite(weights)), (t, weights)
         if prop.action_rows is None:  # a_t = weights on rows: rows must be distinct
-            assert np.unique(rows).size == rows.size
-        seen["rows"] = rows
+            assert np.unique(rows).size == rows.size, f"round {t}: repeated rows {rows}"
+            a_rows, a_values = rows, weights
+        else:
+            a_rows, a_values = np.asarray(prop.action_rows), np.asarray(prop.action_values)
+            _indices(a_rows, K.n, "action_rows", t)
+            assert np.unique(a_rows).size == a_rows.size, f"round {t}: repeated action_rows"
+            assert a_values.shape == a_rows.shape and np.all(np.isfinite(a_values))
+        a = np.zeros(K.n)
+        a[a_rows] = a_values
+        assert K.contains(a, atol=1e-9), f"a_t left {constraint} at round {t}"
+        seen["prop"] = prop
+        seen["rows"] += rows.size
         return prop
 
     def checked_observe(losses):
-        assert losses.shape == seen["rows"].shape
+        prop = seen["prop"]
+        assert losses.shape == np.shape(prop.rows)
         out = observe(losses)
-        if out is not None:
-            assert np.shape(out) == seen["rows"].shape and np.all(np.isfinite(out))
-        assert K.contains(pp.p, atol=1e-9), f"p_t left {constraint} at round {seen['rounds']}"
+        if out is not None:  # loss-dependent batch weights: a_t must be given apart
+            assert np.shape(out) == np.shape(prop.rows) and np.all(np.isfinite(out))
+            assert prop.action_rows is not None, (
+                "observe() returned batch weights but the proposal gave no action_rows")
         seen["rounds"] += 1
+        assert K.contains(pp.p, atol=1e-9), f"p_t left {constraint} at round {seen['rounds']}"
         return out
 
     pp.propose, pp.observe = checked_propose, checked_observe
     metrics = harness.play(prep)
     assert seen["rounds"] == prep.horizon
-    assert metrics["data_points"] == prep.horizon * pp.rows_per_round(K)
+    assert metrics["data_points"] == seen["rows"] <= prep.budget
+
+
+def _trajectory(name: str, constraint: str, seed: int, noise: np.random.Generator | None):
+    """Rows proposed, losses handed over and ``p_t`` after each round of a game.
+
+    With ``noise``, from before the first round until the end the data set holds
+    noise on every row outside the current round's proposal (features uniform on
+    [0, 1], the other class) and its own values on the proposed rows: the
+    losses the game hands over are the same, any other view of the data (the
+    data set or model read through ``context.state["game"]``, say) is not."""
+    prep = _game(name, constraint, seed)
+    pp, data = prep.parts.p_player, prep.parts.dataset
+    X0, y0 = data.X.copy(), data.y.copy()
+    propose, observe = pp.propose, pp.observe
+    rows_of, losses_of, p_of = [], [], []
+
+    def show_only(rows: np.ndarray) -> None:
+        out = np.ones(X0.shape[0], dtype=bool)
+        out[rows] = False
+        data.X[out] = noise.random((int(out.sum()), X0.shape[1]))
+        data.y[out] = (y0[out] + 1) % data.n_classes
+        data.X[~out], data.y[~out] = X0[~out], y0[~out]
+
+    def watched_propose(rng):
+        prop = propose(rng)
+        rows_of.append(np.array(prop.rows, copy=True))
+        if noise is not None:
+            show_only(rows_of[-1])
+        return prop
+
+    def watched_observe(losses):
+        losses_of.append(np.array(losses, copy=True))
+        out = observe(losses)
+        p_of.append(np.array(pp.p, copy=True))
+        return out
+
+    if noise is not None:
+        show_only(np.empty(0, dtype=np.int64))
+    pp.propose, pp.observe = watched_propose, watched_observe
+    harness.play(prep)
+    return rows_of, losses_of, p_of
+
+
+@pytest.mark.parametrize(("name", "constraint"), _player_cases())
+def test_p_player_sees_only_the_losses_of_its_rows(name, constraint):
+    # two games under seed 7, 300 rounds each; in the second every row outside
+    # the round's proposal holds noise (seed 8). The rows proposed and p_t after
+    # every round must be equal exactly: what the player learns of the data is
+    # the losses of the rows it proposed, handed to observe().
+    rows_c, losses_c, p_c = _trajectory(name, constraint, 7, None)
+    rows_h, losses_h, p_h = _trajectory(name, constraint, 7, np.random.default_rng(8))
+    assert len(rows_h) == len(rows_c) == len(p_c) == len(p_h)
+    for t in range(len(rows_c)):
+        where = f"{name} on {constraint}, round {t + 1}"
+        np.testing.assert_array_equal(
+            rows_h[t], rows_c[t],
+            err_msg=f"{where}: the rows proposed depend on data outside earlier proposals")
+        np.testing.assert_array_equal(losses_h[t], losses_c[t], err_msg=f"{where}: losses")
+        np.testing.assert_array_equal(
+            p_h[t], p_c[t], err_msg=f"{where}: p_t depends on the losses of rows not proposed")
 
 
 @pytest.mark.parametrize(("name", "constraint"), _player_cases())

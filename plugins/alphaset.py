@@ -302,6 +302,19 @@ class AlphaSet:
         elif self.source_ == "file":
             self._set_caps(read_caps_file(arg, n, k))
 
+    @classmethod
+    def contract_params(cls, n: int) -> dict[str, Any]:
+        """Non-uniform caps for ``harness.contract``: ``k = min(4, n)``,
+        ``k alpha_i = k`` on every 8th row (a row that alone can hold all the
+        mass), 2 on every 3rd of the others, 1 elsewhere; so the oracle, the
+        projections, the sampler and the p-players meet caps of three sizes, and
+        the sampler multiplicities above 1 (with every cap 1 the set is the k-set)."""
+        k = min(4, n)
+        caps = np.ones(n, dtype=np.int64)
+        caps[::3] = 2
+        caps[::8] = k
+        return {"n": n, "k": k, "caps": {"rows": np.minimum(caps, k).tolist()}}
+
     def _set_caps(self, caps: np.ndarray) -> None:
         self.caps_ = caps
         self.alpha_ = caps / self.k
