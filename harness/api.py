@@ -25,6 +25,14 @@ TOP_LEVEL = {"constraint", "p_player", "w_player", "model", "dataset",
              "resume", "state_dir"}
 
 
+#: top-level values that steer the run rather than the game
+RUN_SWITCHES: dict[str, Param] = {
+    "progress": Param(bool, default=True, doc="progress bar (on a terminal only)"),
+    "resume": Param(bool, default=False, doc="continue from the last saved checkpoint"),
+    "state_dir": Param(str, nullable=True, doc="saved game states and buffered checkpoints"),
+}
+
+
 def package_version() -> str:
     try:
         return version("minimax-bench")
@@ -108,6 +116,8 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     if unknown:
         raise ConfigError(f"Unknown top-level config key(s) {unknown}. "
                           f"Allowed keys: {sorted(TOP_LEVEL)}.")
+    for key, spec in RUN_SWITCHES.items():
+        check("the game", key, spec, conf.get(key, spec.default))
     resolved: dict[str, Any] = {}
 
     def make(kind: str, key: str, name: str, params: dict[str, Any], **given: Any) -> Any:

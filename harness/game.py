@@ -13,6 +13,10 @@ import numpy as np
 from harness import stream
 from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
 
+#: errors of a p-player's arithmetic (a NaN reaching a sampler, an overflow)
+#: that the game reports as a ``GuardError`` naming the player and the round
+_NUMERIC_ERRORS = (ValueError, ArithmeticError, IndexError)
+
 
 class GuardError(RuntimeError):
     """A plugin produced a value outside the contract (p outside K, non-finite numbers)."""
@@ -98,14 +102,20 @@ class Game:
         for t in range(state.rounds + 1, self.horizon + 1):
             if stop:  # a signal asked to stop: leave between rounds, never mid-kernel
                 raise KeyboardInterrupt(f"signal {stop[0]} before round {t}")
-            prop = propose(rng)
+            try:
+                prop = propose(rng)
+            except _NUMERIC_ERRORS as err:
+                raise self._failed("propose", t, err) from err
             rows = prop.rows
             Xb, yb = X[rows], y[rows]
             w = wp.w
             losses = losses_of(w, Xb, yb)
             if not (losses.min() >= 0.0 and losses.max() <= 1.0):  # False on NaN too
                 self._bad_losses(t, w, rows, losses)
-            weights = observe(losses)
+            try:
+                weights = observe(losses)
+            except _NUMERIC_ERRORS as err:
+                raise self._failed("observe", t, err) from err
             if weights is None:
                 weights = prop.weights
             if not math.isfinite(weights.sum()):
@@ -113,9 +123,13 @@ class Game:
                                  f"batch weights at round {t}: {weights!r}.")
             step(grad_of(w, Xb, yb, weights))
             if prop.action_rows is None:
-                a_sum[rows] += prop.weights
+                action_rows, action = rows, prop.weights
             else:
-                a_sum[prop.action_rows] += prop.action_values
+                action_rows, action = prop.action_rows, prop.action_values
+            if not math.isfinite(action.sum()):
+                raise GuardError(f"p-player '{parts.names.get('p_player')}' gave a non-finite "
+                                 f"action a_t at round {t}: {action!r}.")
+            a_sum[action_rows] += action
             state.data_points += rows.size
             if t == next_cp:
                 state.rounds = t
@@ -138,16 +152,26 @@ class Game:
         w_bar = wp.w_bar
         self._guard(w_bar, pp.p)
         losses = stream.raw_losses(model, w_bar, X, y) / model.scale_
+        if not np.all(np.isfinite(losses)):
+            bad = int(np.flatnonzero(~np.isfinite(losses))[0])
+            raise GuardError(f"model '{parts.names.get('model')}' gave scaled loss "
+                             f"{float(losses[bad])!r} for row {bad} at w_bar at round {t} "
+                             f"(loss scale {model.scale_!r}).")
         objective, _ = parts.constraint.lmo(losses)
         a_bar = state.a_sum / t
         support = np.flatnonzero(a_bar)
-        inner = stream.certified_inner_min(
-            model, X, y, support, a_bar[support],
-            state.inner_w if state.inner_w is not None else w_bar,
-            wp.radius,
-            lipschitz=state.inner_lipschitz,
-            seed=t,
-        )
+        try:
+            inner = stream.certified_inner_min(
+                model, X, y, support, a_bar[support],
+                state.inner_w if state.inner_w is not None else w_bar,
+                wp.radius,
+                lipschitz=state.inner_lipschitz,
+                seed=t,
+            )
+        except FloatingPointError as err:
+            raise GuardError(f"the dual gap at round {t} cannot be computed: {err} (model "
+                             f"'{parts.names.get('model')}', w-player "
+                             f"'{parts.names.get('w_player')}').") from err
         state.inner_w, state.inner_lipschitz = inner.w, inner.lipschitz
         metrics = {
             "dual_gap": objective - inner.lower,
@@ -165,8 +189,20 @@ class Game:
             metrics["theory_bound"] = bound
         if self.extra_metrics is not None:
             metrics.update(self.extra_metrics(w_bar, losses))
+        bad = {key: value for key, value in metrics.items() if not math.isfinite(value)}
+        if bad:
+            raise GuardError(
+                f"non-finite metric(s) {bad} at round {t}, not logged (p-player "
+                f"'{parts.names.get('p_player')}', w-player '{parts.names.get('w_player')}', "
+                f"model '{parts.names.get('model')}')."
+            )
         state.last_metrics = metrics
         return metrics
+
+    def _failed(self, call: str, t: int, err: BaseException) -> GuardError:
+        """A numeric failure inside the p-player, named with the round."""
+        return GuardError(f"p-player '{self.parts.names.get('p_player')}' failed in {call} "
+                          f"at round {t}: {type(err).__name__}: {err}")
 
     def _bad_losses(self, t: int, w: np.ndarray, rows: np.ndarray, losses: np.ndarray) -> None:
         names = self.parts.names

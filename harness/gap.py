@@ -63,7 +63,7 @@ def certified_min(
     ``max_iter`` iterations; the lower bound is valid either way.
     """
     x = project_ball(np.asarray(w0, dtype=np.float64), radius)
-    f_x, g_x = value_grad(x)
+    f_x, g_x = _finite(value_grad(x), x)
     best_w, upper = x, f_x
     lower = ball_lower_bound(f_x, g_x, x, radius)
     z, t, L = x, 1.0, lipschitz
@@ -72,11 +72,15 @@ def certified_min(
     for it in range(1, max_iter + 1):  # noqa: B007 - reported
         while True:  # backtracking on the quadratic upper model at z
             x_new = project_ball(z - g_z / L, radius)
-            f_new, g_new = value_grad(x_new)
+            f_new, g_new = _finite(value_grad(x_new), x_new)
             d = x_new - z
             if f_new <= f_z + float(g_z @ d) + 0.5 * L * float(d @ d) + 1e-15:
                 break
             L *= 2.0
+            if L > _MAX_LIPSCHITZ:
+                raise FloatingPointError(
+                    f"the inner solve's backtracking passed L = {_MAX_LIPSCHITZ:g} (the "
+                    "objective is not smooth at this scale)")
         lower = max(lower, ball_lower_bound(f_new, g_new, x_new, radius))
         if f_new < upper:
             best_w, upper = x_new, f_new
@@ -87,7 +91,23 @@ def certified_min(
         t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
         z = x_new + ((t - 1.0) / t_new) * (x_new - x)
         x, f_x, t = x_new, f_new, t_new
-        f_z, g_z = value_grad(z)
+        f_z, g_z = _finite(value_grad(z), z)
         lower = max(lower, ball_lower_bound(f_z, g_z, z, radius))
         L *= 0.9  # let the step grow again
     return InnerSolution(lower, upper, best_w, it, L)
+
+
+#: a smoothness constant no scaled loss reaches (losses in [0, 1], bounded
+#: gradients): backtracking past it means the objective is not finite-valued
+_MAX_LIPSCHITZ = 1e200
+
+
+def _finite(value_grad_at: tuple[float, np.ndarray], x: np.ndarray) -> tuple[float, np.ndarray]:
+    """The objective's value and gradient, or FloatingPointError when either
+    is not finite (an endless backtracking otherwise)."""
+    f, g = value_grad_at
+    if not (math.isfinite(f) and np.all(np.isfinite(g))):
+        raise FloatingPointError(
+            f"the inner objective is not finite at ||w|| = {float(np.linalg.norm(x)):.6g} "
+            f"(value {f!r}); are the average action a_bar and the losses finite?")
+    return f, g

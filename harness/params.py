@@ -34,8 +34,8 @@ _TYPE_WORDS = {int: "an int", float: "a float", str: "a str", bool: "a bool"}
 class Param:
     """One declared constructor argument of a component.
 
-    ``type`` is int, float, str or bool. ``low``/``high`` are numbers or the
-    name of another parameter; ``low_open``/``high_open`` make that end
+    ``type`` is int, float, str or bool; a float must be finite. ``low``/``high``
+    are numbers or the name of another parameter; ``low_open``/``high_open`` make that end
     exclusive. ``choices`` restricts a str. ``nullable`` allows None (meaning
     "derive from theory" for step sizes and similar).
     """
@@ -62,7 +62,7 @@ class Param:
             right = ")" if self.high_open or self.high is None else "]"
             text = f"{word} in {left}{lo}, {hi}{right}"
         else:
-            text = word
+            text = "a finite float" if self.type is float else word
         return text + (" or None" if self.nullable else "")
 
 
@@ -142,8 +142,8 @@ def _allowed(value: Any, spec: Param, values: Mapping[str, Any]) -> bool:
     if spec.choices is not None:
         return value in spec.choices
     if spec.type in (int, float):
-        if isinstance(value, float) and math.isnan(value):
-            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False  # nan, and inf, which no step size, radius or scale means
         lo, hi = _resolve(spec.low, values), _resolve(spec.high, values)
         if lo is not None and (value < lo or (spec.low_open and value == lo)):
             return False

@@ -102,7 +102,7 @@ class AdaCVaR:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: k gamma / n"),
-        "gamma": Param(float, low=0.0, high=1.0, high_open=True, nullable=True,
+        "gamma": Param(float, low=0.0, high=1.0, low_open=True, high_open=True, nullable=True,
                        doc="uniform mixing; None: sqrt(n log(n/k) / (k T)), at most 1/2"),
     }
 

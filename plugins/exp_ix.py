@@ -31,8 +31,9 @@ class Exp3IX:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(2 log n / (n T))"),
-        "gamma": Param(float, low=0.0, nullable=True,
-                       doc="implicit exploration; None: eta / 2"),
+        "gamma": Param(float, low=0.0, high=1.0, nullable=True,
+                       doc="implicit exploration; None: eta / 2; 0: no exploration "
+                           "(unbiased estimate, no high-probability bound)"),
         "delta": Param(float, default=0.05, low=0.0, high=1.0, low_open=True, high_open=True,
                        doc="failure probability of the bound"),
     }

@@ -64,8 +64,9 @@ class ExpIXM:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(k (log(n/k) + log(n/delta)) / (n T))"),
-        "gamma": Param(float, low=0.0, nullable=True,
-                       doc="implicit exploration; None: eta / 2"),
+        "gamma": Param(float, low=0.0, high=1.0, nullable=True,
+                       doc="implicit exploration; None: eta / 2; 0: no exploration "
+                           "(unbiased estimate, no high-probability bound)"),
         "delta": Param(float, default=0.05, low=0.0, high=1.0, low_open=True, high_open=True,
                        doc="failure probability of the high-probability bound"),
         "state": Param(str, default="auto", choices=("auto", "tree", "dense"),

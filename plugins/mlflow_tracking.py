@@ -34,6 +34,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 import harness
+from harness import ConfigError, Param
+from harness.params import validate
 
 SWEEP_FILE = "sweep.json"
 
@@ -44,9 +46,24 @@ _MAX_PARAMS_PER_BATCH = 100
 _MAX_PARAM_LEN = 6000
 
 
+#: the ``tracking`` config block
+PARAMS: dict[str, Param] = {
+    "enabled": Param(bool, default=False, doc="log the run to MLflow"),
+    "uri": Param(str, nullable=True, doc="tracking URI; None: MLflow's default"),
+    "experiment": Param(str, default="minimax-bench", nullable=True, doc="experiment name"),
+    "run_name": Param(str, nullable=True, doc="run name; None: MLflow's"),
+}
+
+
 def _settings(context) -> dict[str, Any] | None:
-    tracking = context.config.get("tracking") or {}
-    return tracking if tracking.get("enabled", False) else None
+    """The validated ``tracking`` block if tracking is enabled, else None."""
+    block = context.config.get("tracking")
+    if block is None:
+        block = {}
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"The 'tracking' config key must be a mapping. Got {block!r} instead.")
+    values = validate("tracking", PARAMS, block)
+    return values if values["enabled"] else None
 
 
 def _experiment_id(client, name: str) -> str:
@@ -87,15 +104,25 @@ def _probe(uri: str) -> None:
         ) from err
 
 
+@harness.hookimpl(wrapper=True, specname="on_run_start")
+def check_before_start(context):
+    """Runs before every other ``on_run_start`` (the OPT solve included): a bad
+    ``tracking`` block or an unreachable server stops the run before anything
+    is computed."""
+    settings = _settings(context)
+    if settings is not None:
+        _probe(_client(settings.get("uri") or None).tracking_uri)
+    return (yield)
+
+
 @harness.hookimpl
 def on_run_start(context):
     settings = _settings(context)
     if settings is None:
         return
-    from mlflow.entities import Param
+    from mlflow.entities import Param as MlflowParam
 
     client = _client(settings.get("uri") or None)
-    _probe(client.tracking_uri)
     name = settings.get("experiment") or "minimax-bench"
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
@@ -118,7 +145,8 @@ def on_run_start(context):
     ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
     context.state["mlflow"] = {**ids, "client": client, "pending": []}
     context.state.setdefault("resume", {})["mlflow"] = ids  # saved with the game state
-    params = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in sorted(context.params.items())]
+    params = [MlflowParam(k, str(v)[:_MAX_PARAM_LEN])
+              for k, v in sorted(context.params.items())]
     try:
         for start in range(0, len(params), _MAX_PARAMS_PER_BATCH):
             client.log_batch(run_id, params=params[start:start + _MAX_PARAMS_PER_BATCH])

@@ -76,11 +76,38 @@ class BadLoss(LogisticCEL):
         return super().setup(dataset, radius)
 
 
+class NanAction(Exp4MP):
+    """Hands the game a NaN action a_t from round 50 on (its p stays valid)."""
+
+    name: ClassVar[str] = "nan_action"
+
+    def propose(self, rng):
+        prop = super().propose(rng)
+        self._t = getattr(self, "_t", 0) + 1
+        if self._t < 50:
+            return prop
+        return prop._replace(action_rows=prop.rows, action_values=np.full(prop.rows.size, np.nan))
+
+
+class NanWeights(Exp4MP):
+    """Its p_t turns NaN at round 50, so its own sampler fails."""
+
+    name: ClassVar[str] = "nan_weights"
+
+    def observe(self, losses):
+        super().observe(losses)
+        self._t = getattr(self, "_t", 0) + 1
+        if self._t == 49:
+            self.p_ = np.full_like(self.p_, np.nan)
+
+
 class Faulty:
     @harness.hookimpl
     def register_p_players(self, register):
         register(Flaky)
         register(Escaping)
+        register(NanAction)
+        register(NanWeights)
 
     @harness.hookimpl
     def register_models(self, register):
@@ -304,6 +331,21 @@ def test_tracking_server_down_at_start_stops_before_computing(tmp_path):
     assert "unreachable" in done.stderr and "certified dual gap" not in done.stdout
 
 
+def test_server_down_at_start_stops_before_the_reference_solve(tmp_path, monkeypatch):
+    # the OPT solve (reference.exact=true, seconds to minutes) is the first
+    # thing a run computes; the tracking check must come before it
+    from plugins import reference
+
+    solves: list[int] = []
+    monkeypatch.setattr(reference, "compute", lambda *a, **k: solves.append(1))
+    cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
+               reference={"exact": "true"},
+               tracking={"enabled": True, "uri": f"http://127.0.0.1:{_free_port()}"})
+    with pytest.raises(harness.SetupError, match="unreachable"):
+        harness.run(cfg)
+    assert solves == []
+
+
 def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path):
     server = Server(tmp_path)
     server.start()
@@ -422,6 +464,68 @@ def test_nan_loss_stops_the_run_naming_model_round_and_row(tmp_path):
         harness.run(cfg, plugins=[Faulty()])
 
 
+def test_nan_action_stops_the_run_at_that_round(tmp_path):
+    # a_t enters a_bar and the dual gap's inner solve: a NaN there used to make
+    # the solve backtrack for ever; it is now stopped at the round it appears
+    cfg = _cfg(tmp_path, p_player={"name": "nan_action"}, resume=False,
+               tracking={"enabled": False})
+    with pytest.raises(harness.GuardError,
+                       match=r"p-player 'nan_action' gave a non-finite action a_t at round 50"):
+        harness.run(cfg, plugins=[Faulty()])
+
+
+def test_failure_inside_a_p_player_names_it_and_the_round(tmp_path):
+    cfg = _cfg(tmp_path, p_player={"name": "nan_weights"}, resume=False,
+               tracking={"enabled": False})
+    with pytest.raises(harness.GuardError,
+                       match=r"p-player 'nan_weights' failed in propose at round 50: "
+                             r"ValueError: DepRound"):
+        harness.run(cfg, plugins=[Faulty()])
+
+
+def test_non_finite_metrics_are_never_logged(tmp_path):
+    # a loss scale of 1e-300 passes validation (a positive float) but makes the
+    # dual gap's inner objective overflow: the first checkpoint stops the run
+    # naming the model, the MLflow run holds no metric and ends FAILED
+    uri = f"sqlite:///{tmp_path}/m.db"
+    cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
+               model={"name": "logistic_cel", "loss_scale": 1e-300},
+               tracking={"enabled": True, "uri": uri, "experiment": "inf"})
+    with pytest.raises(harness.GuardError,
+                       match=r"round 1 cannot be computed: .* not finite .*model 'logistic_cel'"):
+        harness.run(cfg, plugins=[Faulty()])
+    client = _client(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("inf").experiment_id])
+    assert run.info.status == "FAILED" and run.data.metrics == {}
+
+
+def test_a_plugin_metric_that_is_not_finite_stops_the_run_unlogged(tmp_path):
+    class InfMetric:
+        @harness.hookimpl
+        def checkpoint_metrics(self, context, w_bar, losses):
+            return {"broken_metric": math.inf}
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
+               tracking={"enabled": True, "uri": uri, "experiment": "infmetric"})
+    with pytest.raises(harness.GuardError,
+                       match=r"non-finite metric\(s\) \{'broken_metric': inf\} at round 1"):
+        harness.run(cfg, plugins=[Faulty(), InfMetric()])
+    client = _client(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("infmetric").experiment_id])
+    assert run.info.status == "FAILED" and run.data.metrics == {}
+
+
+def test_inner_solve_refuses_a_non_finite_objective():
+    from harness.gap import certified_min
+
+    def value_grad(w):
+        return float("nan"), np.full_like(w, np.nan)
+
+    with pytest.raises(FloatingPointError, match="inner objective is not finite"):
+        certified_min(value_grad, np.zeros(3), 1.0)
+
+
 # ---------------------------------------------------------------- config values
 
 
@@ -432,6 +536,8 @@ def _invalid_values(spec: Param) -> list[object]:
         bad.append("x")
         if spec.type is int:
             bad.append(1.5)
+        else:
+            bad += [math.inf, -math.inf, math.nan]
         if isinstance(spec.low, int | float):
             bad.append(spec.low - 1 if spec.type is int else spec.low - 0.5)
             if spec.low_open:
@@ -476,6 +582,25 @@ def test_every_invalid_value_of_every_builtin_parameter_is_refused(kind, name, p
         registry.build(kind, name, **base, **{param: value})
     message = str(err.value)
     assert f"'{param}'" in message and name in message and "Got" in message
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("resume", "no", "The 'resume' parameter of the game must be a bool. Got 'no' instead."),
+    ("progress", 1, "The 'progress' parameter of the game must be a bool. Got 1 instead."),
+    ("state_dir", 5, "The 'state_dir' parameter of the game must be a str or None. Got 5"),
+    ("tracking", {"enabled": "false"},
+     "The 'enabled' parameter of tracking must be a bool. Got 'false' instead."),
+    ("tracking", {"enabled": True, "experimnt": "x"},
+     "Unknown parameter(s) ['experimnt'] for tracking."),
+    ("tracking", "off", "The 'tracking' config key must be a mapping. Got 'off' instead."),
+])
+def test_run_switches_and_the_tracking_block_are_validated(tmp_path, key, value, message):
+    cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
+               tracking={"enabled": False})
+    cfg[key] = value
+    with pytest.raises(harness.ConfigError) as err:
+        harness.run(cfg)
+    assert str(err.value).startswith(message)
 
 
 def test_unknown_keys_are_refused_for_every_builtin():
