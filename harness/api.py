@@ -237,32 +237,34 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
         game.state = saved["state"]
     context.state["game"] = game
     status = "FAILED"
-    try:
-        with _stop_on_signals(game):
+    with _stop_on_signals(game):
+        try:
             hook.on_run_start(context=context)
             metrics = game.play()
-        status = "FINISHED"
-        state.discard(state_file)
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        hook.on_run_end(context=context, status=status, metrics=game.state.last_metrics)
+            status = "FINISHED"
+            state.discard(state_file)
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        finally:  # a first signal while the status is sent does not cut it short
+            hook.on_run_end(context=context, status=status, metrics=game.state.last_metrics)
     return metrics
 
 
 @contextmanager
 def _stop_on_signals(game: Game) -> Iterator[None]:
-    """Ctrl-C and SIGTERM (a scheduler's or ``kill``'s stop) end the run between
+    """Ctrl-C and SIGTERM (a scheduler's or ``kill``'s stop) end the game between
     two rounds, as KILLED with its checkpoints kept: an exception raised inside
-    a compiled kernel would surface as a SystemError instead. A second signal
-    interrupts at once. Only the main thread can install signal handlers."""
+    a compiled kernel would surface as a SystemError instead. Before the game
+    (the OPT solve, say) a signal interrupts at once; after it, the first
+    signal does not cut the final status short. A second signal interrupts at
+    once. Only the main thread can install signal handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def request_stop(signum, frame):
-        if game.stop_requests:
+        if game.stop_requests or not game.started:
             raise KeyboardInterrupt(f"signal {signum}")
         game.stop_requests.append(signum)
 

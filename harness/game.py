@@ -84,6 +84,8 @@ class Game:
         self.extra_metrics = extra_metrics
         #: signals received (see ``harness.api``); the loop stops at the next round
         self.stop_requests: list[int] = []
+        #: set when the first round starts: from then on signals wait for a round's end
+        self.started = False
         self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
 
     def play(self) -> dict[str, float]:
@@ -99,6 +101,7 @@ class Game:
         next_cp = pending.pop(0) if pending else -1
         t0 = time.perf_counter() - state.wall_time
         stop = self.stop_requests
+        self.started = True
         for t in range(state.rounds + 1, self.horizon + 1):
             if stop:  # a signal asked to stop: leave between rounds, never mid-kernel
                 raise KeyboardInterrupt(f"signal {stop[0]} before round {t}")

@@ -282,6 +282,41 @@ def test_sigkill_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
     assert got == want and len(want) > 5
 
 
+def test_a_signal_before_the_first_round_interrupts_at_once(tmp_path):
+    # a setup step that runs long (the OPT solve, say) must not hold a
+    # scheduler's SIGTERM until the game starts
+    reached: list[int] = []
+
+    class SlowStart:
+        @harness.hookimpl
+        def on_run_start(self, context):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for i in range(50):
+                time.sleep(0.02)
+                reached.append(i)
+
+    cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
+               tracking={"enabled": False})
+    with pytest.raises(KeyboardInterrupt):
+        harness.run(cfg, plugins=[SlowStart()])
+    assert len(reached) < 50
+
+
+def test_a_signal_while_the_final_status_is_sent_does_not_cut_it_short(tmp_path):
+    class SignalAtEnd:
+        @harness.hookimpl(tryfirst=True)
+        def on_run_end(self, context, status, metrics):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
+               tracking={"enabled": True, "uri": uri, "experiment": "end"})
+    metrics = harness.run(cfg, plugins=[SignalAtEnd()])
+    client = _client(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("end").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.metrics["dual_gap"] == metrics["dual_gap"]
+
+
 # ---------------------------------------------------------------- tracking server
 
 
