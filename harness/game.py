@@ -211,7 +211,7 @@ class Game:
         names = self.parts.names
         if not np.all(np.isfinite(w)):
             raise GuardError(f"w-player '{names.get('w_player')}' produced a non-finite "
-                             f"iterate before round {t}.")
+                             f"iterate before round {t}: {_first_bad(w)}.")
         bad = int(np.flatnonzero(~((losses >= 0.0) & (losses <= 1.0)))[0])
         raise GuardError(
             f"model '{names.get('model')}' gave loss {float(losses[bad])!r} for row "
@@ -223,13 +223,19 @@ class Game:
         names = self.parts.names
         if not np.all(np.isfinite(w_bar)):
             raise GuardError(f"w-player '{names.get('w_player')}' produced a non-finite "
-                             f"average iterate at round {self.state.rounds}.")
+                             f"average iterate at round {self.state.rounds}: "
+                             f"{_first_bad(w_bar)}.")
         if not self.parts.constraint.contains(p, atol=1e-8):
             raise GuardError(
                 f"p-player '{names.get('p_player')}' has p_t outside the constraint set "
                 f"'{names.get('constraint')}' at round {self.state.rounds} "
                 f"(sum={float(np.sum(p))!r}, min={float(np.min(p))!r}, max={float(np.max(p))!r})."
             )
+
+
+def _first_bad(w: np.ndarray) -> str:
+    i = int(np.flatnonzero(~np.isfinite(w))[0])
+    return f"coordinate {i} is {float(w[i])!r}"
 
 
 def theory_bound(pp: PPlayer, wp: WPlayer, rounds: int) -> float | None:

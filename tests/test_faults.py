@@ -25,6 +25,7 @@ from harness.registry import Registry
 from plugins import mlflow_tracking
 from plugins.exp4mp import Exp4MP
 from plugins.models import LogisticCEL
+from plugins.ogd import OGD
 
 # ---------------------------------------------------------------- fixtures
 
@@ -101,7 +102,24 @@ class NanWeights(Exp4MP):
             self.p_ = np.full_like(self.p_, np.nan)
 
 
+class NanOGD(OGD):
+    """OGD whose iterate turns NaN in coordinate 2 after 30 steps."""
+
+    name: ClassVar[str] = "nan_ogd"
+
+    def step(self, grad):
+        super().step(grad)
+        self._t = getattr(self, "_t", 0) + 1
+        if self._t == 30:
+            self.w_ = self.w_.copy()
+            self.w_[2] = np.nan
+
+
 class Faulty:
+    @harness.hookimpl
+    def register_w_players(self, register):
+        register(NanOGD)
+
     @harness.hookimpl
     def register_p_players(self, register):
         register(Flaky)
@@ -174,6 +192,44 @@ def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
         assert steps[: len(kept)] == kept and len(steps) == len(set(steps))
         assert steps[-1] == 20_000
         assert list((tmp_path / f"state{i}").glob("state-*.pkl")) == []
+
+
+def _player_set_pairs() -> list[tuple[str, str]]:
+    registry = Registry(harness.make_plugin_manager(load_entrypoints=False))
+    pairs = []
+    for name in registry.names("p_player"):
+        fits = registry.get("p_player", name).cls.constraints
+        pairs += [(name, c) for c in ("kset", "simplex", "alphaset") if fits is None or c in fits]
+    return pairs
+
+
+@pytest.mark.parametrize(("p_player", "constraint"), _player_set_pairs())
+def test_every_p_player_resumes_to_identical_numbers(tmp_path, p_player, constraint):
+    # interrupted right after its 5th checkpoint (so resumed from the 4th
+    # saved state, replaying rounds); the final metrics must equal an
+    # uninterrupted run's exactly (wall time aside)
+    class StopAt5:
+        count = 0
+
+        @harness.hookimpl
+        def on_checkpoint(self, context, step, metrics):
+            StopAt5.count += 1
+            if StopAt5.count == 5:
+                raise KeyboardInterrupt("stop after checkpoint 5")
+
+    k = 1 if constraint == "simplex" else 5
+    base = _cfg(tmp_path, p_player={"name": p_player}, constraint={"name": constraint, "k": k},
+                budget=6000, tracking={"enabled": False})
+    if constraint == "simplex":
+        base["constraint"] = {"name": "simplex"}
+    reference = harness.run({**base, "resume": False})
+    with pytest.raises(KeyboardInterrupt):
+        harness.run(base, plugins=[StopAt5()])
+    assert list((tmp_path / "state").glob("state-*.pkl"))
+    final = harness.run(base)
+    final.pop("wall_time_s")
+    reference.pop("wall_time_s")
+    assert final == reference
 
 
 def test_sigterm_ends_the_cli_run_killed_and_resume_finishes_it(tmp_path):
@@ -496,6 +552,15 @@ def test_nan_loss_stops_the_run_naming_model_round_and_row(tmp_path):
                resume=False, tracking={"enabled": False})
     with pytest.raises(harness.GuardError,
                        match=r"model 'bad_loss' gave loss nan for row 3 at round \d+"):
+        harness.run(cfg, plugins=[Faulty()])
+
+
+def test_nan_iterate_stops_the_run_naming_the_w_player_and_coordinate(tmp_path):
+    cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, w_player={"name": "nan_ogd"},
+               resume=False, tracking={"enabled": False})
+    with pytest.raises(harness.GuardError,
+                       match=r"w-player 'nan_ogd' produced a non-finite iterate before round 31: "
+                             r"coordinate 2 is nan"):
         harness.run(cfg, plugins=[Faulty()])
 
 

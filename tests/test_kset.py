@@ -507,6 +507,28 @@ def test_samplers_draw_k_distinct_rows_for_any_point_of_the_kset(case, seed, sam
     assert rows.min() >= 0 and rows.max() < w.size
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=2, max_value=40).flatmap(
+           lambda n: st.tuples(st.lists(st.floats(min_value=-1000.0, max_value=1000.0),
+                                        min_size=n, max_size=n),
+                               st.integers(min_value=1, max_value=n))),
+       st.sampled_from([0.0, 0.05, 0.5]), st.sampled_from(["kset", "simplex"]),
+       st.integers(min_value=0, max_value=2**32 - 1))
+def test_log_domain_projection_and_sampler_for_any_log_weights(case, gamma, name, seed):
+    # log-weights spanning e^-1000..e^1000 (beyond float64 as plain weights):
+    # the projection lands in the set and is idempotent to 1e-9, and the
+    # set's sampler draws its k (the simplex: 1) distinct rows
+    log_w, k = np.array(case[0]), case[1]
+    K = harness.build("constraint_set", name, n=log_w.size,
+                      **({"k": k} if name == "kset" else {}))
+    p = K.project(log_w, gamma, log_domain=True)
+    assert np.all(np.isfinite(p)) and K.contains(p)
+    np.testing.assert_allclose(K.project(p, 0.0), p, rtol=0, atol=1e-9)
+    rows = np.atleast_1d(K.sample(p, np.random.default_rng(seed)))
+    assert rows.size == K.k and np.unique(rows).size == K.k
+    assert rows.min() >= 0 and rows.max() < log_w.size
+
+
 @settings(max_examples=200, deadline=None)
 @given(weights_and_k(), st.integers(min_value=0, max_value=2**32 - 1),
        st.sampled_from([1e-3, 1.0, 1e3]))
