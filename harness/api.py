@@ -247,6 +247,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
             status = "KILLED"
             raise
         finally:  # a first signal while the status is sent does not cut it short
+            game.started = True
             hook.on_run_end(context=context, status=status, metrics=game.state.last_metrics)
     return metrics
 
@@ -257,8 +258,10 @@ def _stop_on_signals(game: Game) -> Iterator[None]:
     two rounds, as KILLED with its checkpoints kept: an exception raised inside
     a compiled kernel would surface as a SystemError instead. Before the game
     (the OPT solve, say) a signal interrupts at once; after it, the first
-    signal does not cut the final status short. A second signal interrupts at
-    once. Only the main thread can install signal handlers."""
+    signal does not cut the final status short, and is raised again once the
+    run has ended (a stop asked for in the last round is not dropped). A
+    second signal interrupts at once. Only the main thread can install signal
+    handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -271,9 +274,17 @@ def _stop_on_signals(game: Game) -> Iterator[None]:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    except BaseException:
+        _restore(previous)
+        raise
+    _restore(previous)
+    if game.stop_requests:  # it came after the last round: honour it now
+        signal.raise_signal(game.stop_requests[0])
+
+
+def _restore(handlers: Mapping[int, Any]) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 def run(

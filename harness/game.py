@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 
 from harness import stream
+from harness.params import ConfigError
 from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
 
 #: errors of a p-player's arithmetic (a NaN reaching a sampler, an overflow)
 #: that the game reports as a ``GuardError`` naming the player and the round
-_NUMERIC_ERRORS = (ValueError, ArithmeticError, IndexError)
+_NUMERIC_ERRORS = (ValueError, ArithmeticError)
 
 
 class GuardError(RuntimeError):
@@ -84,7 +85,8 @@ class Game:
         self.extra_metrics = extra_metrics
         #: signals received (see ``harness.api``); the loop stops at the next round
         self.stop_requests: list[int] = []
-        #: set when the first round starts: from then on signals wait for a round's end
+        #: set when the first round starts (and while the run ends): from then on
+        #: a first signal waits for the end of a round
         self.started = False
         self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
 
@@ -107,6 +109,8 @@ class Game:
                 raise KeyboardInterrupt(f"signal {stop[0]} before round {t}")
             try:
                 prop = propose(rng)
+            except ConfigError:
+                raise
             except _NUMERIC_ERRORS as err:
                 raise self._failed("propose", t, err) from err
             rows = prop.rows
@@ -117,6 +121,8 @@ class Game:
                 self._bad_losses(t, w, rows, losses)
             try:
                 weights = observe(losses)
+            except ConfigError:
+                raise
             except _NUMERIC_ERRORS as err:
                 raise self._failed("observe", t, err) from err
             if weights is None:

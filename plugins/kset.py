@@ -201,7 +201,9 @@ def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
     order (a merge of the sorted ``v`` and the sorted ``v - caps``) with
     running sums, up to the last one where ``f >= 1``; ``tau`` is interpolated
     on the segment after it, where ``f`` has slope ``-(#rows strictly between
-    their two breakpoints)``. O(n log n) for the two sorts, exact.
+    their two breakpoints)``. O(n log n) for the two sorts, exact up to the
+    rounding of the running sums (inputs are O(1) in use: a point of the set
+    plus a step). A NaN or inf input raises ValueError.
     """
     n = v.size
     u = np.sort(v)
@@ -211,6 +213,8 @@ def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
     for i in range(n):
         total_u += u[i]
         total_low += low[i]
+    if not (np.isfinite(total_u) and np.isfinite(total_low)):
+        raise ValueError("the Euclidean projection needs finite inputs and caps")
     a = 0  # rows with v_i <= tau (they contribute 0)
     b = 0  # rows with v_i - caps_i <= tau (the others sit at their cap)
     below_u = 0.0

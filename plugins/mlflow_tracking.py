@@ -130,8 +130,11 @@ def on_run_start(context):
         handle = {**resumed, "client": client, "pending": []}
         context.state["mlflow"] = handle
         _take_over_pending(context, handle)
-        handle["logged_through"] = max(
-            [_last_step(client, handle["run_id"])] + [r["step"] for r in handle["pending"]])
+        try:
+            last = _last_step(client, handle["run_id"])
+        except Exception:  # noqa: BLE001 - the store failed again: what is buffered decides
+            last = -1
+        handle["logged_through"] = max([last] + [r["step"] for r in handle["pending"]])
         return
     tags = dict(context.tags)
     sweep = (context.state.get("sweep") or {}).get("mlflow")
@@ -285,8 +288,9 @@ class SweepCallback(Callback):
     before any job starts (``hydra.callbacks`` in ``conf/config.yaml``)."""
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
-        tracking = config.get("tracking") or {}
-        if not tracking.get("enabled", False):
+        block = config.get("tracking") or {}
+        tracking = validate("tracking", PARAMS, {k: block[k] for k in block})
+        if not tracking["enabled"]:
             return
         client = _client(tracking.get("uri") or None)
         _probe(client.tracking_uri)

@@ -30,7 +30,12 @@ from plugins.alphaset import (
 )
 from plugins.kset import KSet
 
-from reference_solvers import random_weights, slsqp_kl_projection, threadpool_limits
+from reference_solvers import (
+    bisect_euclidean,
+    random_weights,
+    slsqp_kl_projection,
+    threadpool_limits,
+)
 
 
 def alphaset(n: int, k: int, caps=None) -> AlphaSet:
@@ -453,12 +458,38 @@ def test_euclidean_projection_matches_convex_solver(seed):
         np.testing.assert_allclose(q, slsqp_euclidean(v, caps / k), rtol=0, atol=1e-7)
 
 
-def test_euclidean_projection_with_uniform_caps_is_the_ksets():
+def _edge_cases():
+    """(v, k, caps in units of 1/k): ties, repeated breakpoints, caps summing to
+    exactly 1, one row, all-equal inputs, flat segments of f."""
+    yield np.array([0.3]), 1, np.array([1])
+    yield np.full(6, 0.2), 3, np.ones(6, dtype=int)
+    yield np.array([0.5, 0.5, 0.5, 0.1, 0.1]), 2, np.array([1, 1, 1, 2, 2])
+    yield np.array([1.0, 0.5, 0.5, 0.0]), 4, np.array([1, 1, 1, 1])  # sum caps = 1
+    yield np.array([0.0, 0.25, 0.5, 0.75, 1.0]), 2, np.array([1, 2, 1, 2, 1])  # v_i - a_i = v_j
+    yield np.array([3.0, -3.0, 0.0, 0.0, 0.0]), 3, np.array([3, 1, 1, 1, 1])
+    yield np.array([1e-12, 0.0, -1e-12, 2e-12]), 2, np.array([2, 1, 1, 2])
     rng = np.random.default_rng(8)
-    for _ in range(20):
-        v = rng.normal(size=30)
-        np.testing.assert_allclose(alphaset(30, 6).euclidean_project(v),
-                                   kset(30, 6).euclidean_project(v), rtol=0, atol=1e-14)
+    for _ in range(40):  # values on a coarse grid: many exact ties
+        n = int(rng.integers(2, 12))
+        k = int(rng.integers(1, n + 1))
+        yield rng.integers(-3, 4, size=n) / 4.0, k, random_caps(rng, n, k)
+
+
+def test_euclidean_projection_matches_bisection_on_edge_cases():
+    # against tests/reference_solvers.bisect_euclidean (200 halvings of tau);
+    # tolerance 1e-12; the k-set's projection on the cases with every cap 1
+    for v, k, caps in _edge_cases():
+        want = bisect_euclidean(v, caps / k)
+        got = alphaset(v.size, k, caps).euclidean_project(v)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12, err_msg=str((v, k, caps)))
+        if np.all(caps == 1):
+            np.testing.assert_allclose(kset(v.size, k).euclidean_project(v), want, rtol=0,
+                                       atol=1e-12)
+
+
+def test_euclidean_projection_refuses_nan_instead_of_looping():
+    with pytest.raises(ValueError, match="finite inputs"):
+        kset(3, 1).euclidean_project(np.array([0.1, np.nan, 0.2]))
 
 
 # ---------------------------------------------------------------------------

@@ -312,6 +312,7 @@ def test_sigkill_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
     time.sleep(float(np.random.default_rng(11).uniform(0.0, 2.0)))
+    assert proc.poll() is None, "the run ended before it could be killed"
     proc.kill()
     proc.wait(timeout=60)
     client = _client(uri)
@@ -346,6 +347,8 @@ def test_a_signal_before_the_first_round_interrupts_at_once(tmp_path):
     class SlowStart:
         @harness.hookimpl
         def on_run_start(self, context):
+            # never the default handler: that would end the test session
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
             os.kill(os.getpid(), signal.SIGTERM)
             for i in range(50):
                 time.sleep(0.02)
@@ -358,19 +361,32 @@ def test_a_signal_before_the_first_round_interrupts_at_once(tmp_path):
     assert len(reached) < 50
 
 
-def test_a_signal_while_the_final_status_is_sent_does_not_cut_it_short(tmp_path):
+@pytest.mark.parametrize("fail_at_start", [False, True])
+def test_a_signal_while_the_final_status_is_sent_is_honoured_after_it(tmp_path, fail_at_start):
+    # Ctrl-C arrives while the status is being sent (after a finished game, or
+    # after a setup step failed): the status is sent in full, then the
+    # interrupt is raised, not dropped
     class SignalAtEnd:
+        @harness.hookimpl(trylast=True)
+        def on_run_start(self, context):
+            if fail_at_start:
+                raise RuntimeError("setup failed")
+
         @harness.hookimpl(tryfirst=True)
         def on_run_end(self, context, status, metrics):
-            os.kill(os.getpid(), signal.SIGTERM)
+            assert signal.getsignal(signal.SIGINT) not in (signal.SIG_DFL, signal.SIG_IGN)
+            os.kill(os.getpid(), signal.SIGINT)
 
     uri = f"sqlite:///{tmp_path}/m.db"
     cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
                tracking={"enabled": True, "uri": uri, "experiment": "end"})
-    metrics = harness.run(cfg, plugins=[SignalAtEnd()])
+    with pytest.raises(RuntimeError if fail_at_start else KeyboardInterrupt):
+        harness.run(cfg, plugins=[SignalAtEnd()])
     client = _client(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("end").experiment_id])
-    assert run.info.status == "FINISHED" and run.data.metrics["dual_gap"] == metrics["dual_gap"]
+    assert run.info.status == ("FAILED" if fail_at_start else "FINISHED")
+    if not fail_at_start:
+        assert "dual_gap" in run.data.metrics
 
 
 # ---------------------------------------------------------------- tracking server
