@@ -380,8 +380,14 @@ def test_a_signal_while_the_final_status_is_sent_is_honoured_after_it(tmp_path, 
     uri = f"sqlite:///{tmp_path}/m.db"
     cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
                tracking={"enabled": True, "uri": uri, "experiment": "end"})
-    with pytest.raises(RuntimeError if fail_at_start else KeyboardInterrupt):
-        harness.run(cfg, plugins=[SignalAtEnd()])
+    # Python's own Ctrl-C handler, whatever this process inherited (a job
+    # started in the background of a shell ignores SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(RuntimeError if fail_at_start else KeyboardInterrupt):
+            harness.run(cfg, plugins=[SignalAtEnd()])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     client = _client(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("end").experiment_id])
     assert run.info.status == ("FAILED" if fail_at_start else "FINISHED")
