@@ -14,7 +14,8 @@ except ImportError:  # pragma: no cover - optional
     def threadpool_limits(*args, **kwargs):
         return contextlib.nullcontext()
 
-__all__ = ["random_weights", "slsqp_kl_projection", "threadpool_limits"]
+__all__ = ["_wrong_projection_no_renormalisation", "bisect_euclidean", "random_weights",
+           "slsqp_kl_projection", "threadpool_limits"]
 
 _SOLVED: dict[tuple[bytes, bytes], np.ndarray] = {}
 
@@ -78,3 +79,9 @@ def bisect_euclidean(v: np.ndarray, caps: np.ndarray) -> np.ndarray:
         else:
             hi = mid
     return np.clip(v - 0.5 * (lo + hi), 0.0, caps)
+
+
+def _wrong_projection_no_renormalisation(w, kappa):
+    """A known wrong KL projection, for the tests that show the reference's
+    power: lambda = 1 / sum w, q = min(kappa, v), which no longer sums to 1."""
+    return np.minimum(kappa, w / w.sum())

@@ -31,6 +31,7 @@ from plugins.alphaset import (
 from plugins.kset import KSet
 
 from reference_solvers import (
+    _wrong_projection_no_renormalisation,
     bisect_euclidean,
     random_weights,
     slsqp_kl_projection,
@@ -126,11 +127,6 @@ def _wrong_projection_capping_largest_weights(w, kappa):
     q[cap] = kappa[cap]
     q[~cap] = (1.0 - kappa[cap].sum()) * w[~cap] / w[~cap].sum()
     return q
-
-
-def _wrong_projection_no_renormalisation(w, kappa):
-    """lambda = 1 / sum w: q = min(kappa, v), which no longer sums to 1."""
-    return np.minimum(kappa, w / w.sum())
 
 
 @pytest.mark.parametrize("wrong", [_wrong_projection_capping_largest_weights,

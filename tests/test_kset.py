@@ -22,7 +22,11 @@ import harness
 import plugins.kset as kset_module
 from plugins.kset import KSet, capped_kl_projection, depround
 
-from reference_solvers import random_weights, slsqp_kl_projection
+from reference_solvers import (
+    _wrong_projection_no_renormalisation,
+    random_weights,
+    slsqp_kl_projection,
+)
 
 # ---------------------------------------------------------------------------
 # independent reference for the KL projection
@@ -100,11 +104,6 @@ def _wrong_projection_smallest_capped(w, kappa):
     q[cap] = kappa
     q[~cap] = (1.0 - m * kappa) * w[~cap] / w[~cap].sum()
     return q
-
-
-def _wrong_projection_no_renormalisation(w, kappa):
-    """lambda = 1 / sum w: q = min(kappa, v), which no longer sums to 1."""
-    return np.minimum(kappa, w / w.sum())
 
 
 @pytest.mark.parametrize("wrong", [_wrong_projection_smallest_capped,
