@@ -31,14 +31,41 @@ class Proposal(NamedTuple):
     action_values: np.ndarray | None = None
 
 
+class Draw(NamedTuple):
+    """A point of ``K`` drawn by ``ConstraintSet.sample``: the action
+    ``multiplicities / k`` on ``rows``.
+
+    ``rows``: distinct row indices (int64). ``multiplicities``: int64, each at
+    least 1, summing to k (all ones on the k-set and the simplex; a multiset on
+    the alpha-set)."""
+
+    rows: np.ndarray
+    multiplicities: np.ndarray
+
+
 @runtime_checkable
 class ConstraintSet(Protocol):
-    """A convex set ``K`` inside the probability simplex over ``n`` rows."""
+    """A convex set ``K`` inside the probability simplex over ``n`` rows.
+
+    Whatever a p-player needs to know of ``K`` (whether a theorem's bound
+    applies, the range of a regulariser, how draws are made) it reads from
+    these members, never from the set's name or class."""
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
     n: int
     k: int
+    #: the law of ``sample``'s joint draw: "depround" (Algorithm 5),
+    #: "systematic" (Madow; the simplex's categorical inverse-CDF draw is
+    #: systematic sampling with k = 1), "multiset" (the alpha-set's), or a
+    #: third party's own word. Every law has ``E[multiplicity_i] = k p_i``.
+    sampler: str
+
+    def row_caps(self) -> np.ndarray | None:
+        """The caps ``c`` of ``K = {p : 0 <= p_i <= c_i, sum p = 1}`` (k-set and
+        simplex: every ``c_i = 1/k``; alpha-set: ``alpha``), or None if ``K`` is
+        not of that form."""
+        ...
 
     def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
         """``max_{p in K} <losses, p>`` and an argmax."""
@@ -57,10 +84,11 @@ class ConstraintSet(Protocol):
         in ``K``. With ``return_capped`` also a boolean mask of capped rows."""
         ...
 
-    def sample(self, p: np.ndarray, rng: np.random.Generator) -> Any:
-        """Draw a point of ``K`` whose mean is ``p``: k distinct row indices
-        (k-set, ``P[i in rows] = k p_i``), or ``(rows, multiplicities)`` with
-        distinct rows and ``E[m_i] = k p_i`` (alpha-set, action ``m / k``)."""
+    def sample(self, p: np.ndarray, rng: np.random.Generator) -> Draw:
+        """Draw a point of ``K`` whose mean is ``p`` under the law ``sampler``:
+        distinct ``rows`` with ``multiplicities`` m, ``sum m = k`` and
+        ``E[m_i] = k p_i``; the action is ``m / k`` on ``rows``. On the k-set
+        and the simplex every ``m_i = 1`` (``P[i in rows] = k p_i``)."""
         ...
 
     def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:
@@ -70,7 +98,20 @@ class ConstraintSet(Protocol):
     # Optional: ``bind(dataset) -> dict[str, float] | None``, called by
     # ``harness.prepare`` right after the set is built, for sets that read the
     # data set (the alpha-set's caps from a column); the returned values are
-    # recorded as ``constraint.<key>`` parameters.
+    # recorded as ``constraint.<key>`` parameters. Optional capability:
+    # ``EuclideanProjection`` below.
+
+
+@runtime_checkable
+class EuclideanProjection(Protocol):
+    """A constraint set that also offers the Euclidean projection onto ``K``
+    (gradient-ascent p-players such as S-AFL need it). A player checks
+    ``isinstance(K, EuclideanProjection)`` and raises ``harness.ConfigError``
+    naming itself, the set and the missing method if it does not hold."""
+
+    def euclidean_project(self, v: np.ndarray) -> np.ndarray:
+        """``argmin_{p in K} ||p - v||_2``."""
+        ...
 
 
 @runtime_checkable
@@ -185,12 +226,28 @@ class Model(Protocol):
 
     # Optional: ``cvx_raw_losses(w, X, y)``, the raw losses as a cvxpy
     # expression of the flat parameter variable ``w`` (same layout as the numpy
-    # ``w``); with it the exact optimum OPT can be computed (plugins.optimum).
+    # ``w``); with it the exact optimum OPT can be computed (plugins.lib.optimum).
 
 
 @runtime_checkable
 class Dataset(Protocol):
     """Features ``X`` (n x d, in [0, 1]), targets ``y``, task kind and provenance.
+
+    What the contract suite checks (``harness.contract``), built as its
+    ``contract_params(n)`` give and, unless a parameter has no default, with
+    its defaults (as ``dataset=<name>`` builds it), reading all of ``X``:
+
+    * ``X`` holds floats, finite and in [0, 1] (scale each column when the
+      data set is built; a model whose loss bound assumes [0, 1] declares
+      ``needs_unit_features = True`` and the game refuses other features);
+    * ``y`` has one finite target per row; for ``task == "classification"``
+      integer class codes in ``[0, n_classes)``, ``n_classes >= 2``;
+    * ``default_model`` names a registered model (the one of ``model=auto``);
+    * ``provenance`` is a non-empty mapping of strings saying where the data
+      comes from (source, licence; generator and seed if synthetic).
+
+    A ``seed`` parameter of a synthetic data set is the identity of the data,
+    not the run's ``seed``: the seeds of a sweep replay one problem.
 
     ``X`` may be larger than memory: a ``numpy.memmap``, or any object with
     ``shape``, ``ndim`` and ``dtype`` whose ``X[rows]`` (an index array) and

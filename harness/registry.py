@@ -174,9 +174,29 @@ class Registry:
 
     def build_with_values(self, kind: str, name: str, **params: Any) -> tuple[Any, dict[str, Any]]:
         """Like ``build``, also returning the validated values (defaults filled in)."""
-        cls = self.get(kind, name).cls
-        values = validate(name, cls.params, params)
-        return cls(**values), values
+        entry = self.get(kind, name)
+        values = validate(name, entry.cls.params, params)
+        component = entry.cls(**values)
+        if kind == "constraint_set":
+            _check_constraint_set(component, name, entry.plugin)
+        return component, values
+
+
+def _check_constraint_set(K: Any, name: str, plugin: str) -> None:
+    """Refuse a constraint set without the members declared since 0.2, naming them
+    (a set written against 0.1 would otherwise fail deep inside a p-player)."""
+    missing = []
+    if not callable(getattr(K, "row_caps", None)):
+        missing.append("row_caps()")
+    if not isinstance(getattr(K, "sampler", None), str):
+        missing.append("sampler")
+    if missing:
+        raise PluginError(
+            plugin,
+            f"The constraint set '{name}' of plugin '{plugin}' lacks {' and '.join(missing)}, "
+            "which constraint sets declare since minimax-bench 0.2 (and sample(p, rng) "
+            "returns a harness.Draw(rows, multiplicities)); see docs/plugins.md.",
+        )
 
 
 _default: Registry | None = None

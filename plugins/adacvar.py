@@ -135,7 +135,7 @@ class AdaCVaR:
         return self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        self.rows_ = self.constraint_.sample(self.p_, rng)
+        self.rows_ = self.constraint_.sample(self.p_, rng).rows  # k-set: multiplicities 1
         return Proposal(self.rows_, self.batch_weights_)
 
     def observe(self, losses: np.ndarray) -> None:

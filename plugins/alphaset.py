@@ -9,7 +9,9 @@ k-set ``S_{n,k}``. Appendix F shows that the extreme points of ``K_alpha`` have
 *with* replacement, Section F.2); it gives no sampler and no bandit. This
 module supplies the set's oracle, its KL projection mixed with the uniform
 distribution (Algorithm 4 with per-row caps), its Euclidean projection and a
-multiset sampler with ``E[m_i] = k p_i``.
+multiset sampler with ``E[m_i] = k p_i``, whose numerics are in
+``plugins.lib.capped`` (``alpha_kl_projection``, ``capped_simplex_euclidean``,
+``multiset_round``), and the parsing of the caps from the config.
 """
 
 from __future__ import annotations
@@ -19,130 +21,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from numba import njit
 
 import harness
-from harness import ConfigError, Param
-from plugins.kset import _depround, euclidean_projection_row_caps, kl_projection_row_caps
+from harness import ConfigError, Draw, Param
+from plugins.lib.capped import alpha_kl_projection, capped_simplex_euclidean, multiset_round
 
 #: ways to give the caps ``k alpha_i`` (the keys of the ``caps`` mapping)
 CAP_SOURCES = ("rows", "file", "column", "by_group")
-
-
-# ---------------------------------------------------------------------------
-# numerics
-# ---------------------------------------------------------------------------
-
-
-def alpha_kl_projection(log_w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """KL (Bregman) projection of the weights ``exp(log_w)`` onto
-    ``{q : 0 <= q_i <= kappa_i, sum q = 1}``: Algorithm 4 (paper, Appendix C.2)
-    with a cap per row.
-
-    The KKT conditions of ``min sum q_i log(q_i / w_i)`` under the box and the
-    sum constraint give ``q_i = min(kappa_i, lam * w_i)`` with ``lam`` such that
-    ``sum q = 1``: every capped row sits at its own ``kappa_i``, every uncapped
-    row is ``w_i`` scaled by the common factor ``lam`` (Lemma C.2 (a) with
-    per-row caps). The capped rows are those with the largest ratio
-    ``w_i / kappa_i``. As in ``plugins.kset.capped_kl_projection`` the capped
-    set ``C`` is grown from empty: ``lam(C) = (1 - sum_C kappa_i) / sum_{i not
-    in C} w_i`` never exceeds ``lam*`` while ``C`` lies inside the optimal capped
-    set (``sum_i min(kappa_i, lam w_i)`` is below ``sum_C kappa_i + lam sum_{not
-    C} w_i``, both increasing in ``lam``), so every row with ``lam(C) w_i >
-    kappa_i`` is capped at the optimum too. Each pass is O(n); since every
-    ``kappa_i >= 1/k`` (for ``k <= n``) at most k rows are ever capped, so at
-    most k + 1 passes. Sums are relative to the largest uncapped log-weight,
-    so any dynamic range of the weights is safe.
-
-    Returns ``q`` and the boolean mask of capped rows.
-    """
-    log_w = np.ascontiguousarray(log_w, dtype=np.float64)
-    kappa = np.ascontiguousarray(kappa, dtype=np.float64)
-    q, capped, feasible = kl_projection_row_caps(log_w, kappa, np.log(kappa))
-    if not feasible:
-        raise ValueError(
-            f"The KL projection onto per-row caps (sum {float(kappa.sum()):.6g}) needs "
-            f"positive weight on rows whose caps reach 1; got "
-            f"{int(np.sum(np.isfinite(log_w)))} rows with positive weight "
-            "(zero weights and gamma = 0?)."
-        )
-    return q, capped
-
-
-def multiset_round(kp: np.ndarray, caps: np.ndarray, k: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The multiset sampler of ``K_alpha``: integer multiplicities ``m`` with
-    ``E[m_i] = k p_i``, ``sum m = k`` and ``m_i <= c_i = k alpha_i``, from
-    ``kp = k p`` (``p`` in ``K_alpha``).
-
-    Law: ``m_i = floor(k p_i) + B_i`` where ``B`` is DepRound (paper,
-    Algorithm 5) applied to the fractional parts ``f_i = k p_i - floor(k p_i)``,
-    which sum to the integer ``r = k - sum_i floor(k p_i)``: ``B`` selects r
-    distinct rows with ``P[B_i = 1] = f_i``, and its selections are negatively
-    correlated (Gandhi et al. 2006). So each ``m_i`` is
-    ``floor(k p_i)`` or ``ceil(k p_i)``, never above the integer cap ``c_i >= k
-    p_i``, and ``a = m / k`` is a point of ``K_alpha``. A row with integer
-    ``k p_i`` (e.g. at its cap) gets exactly ``k p_i`` every draw. ``k p`` is
-    clipped to ``[0, c]`` first so that rounding above a cap cannot make ``m_i``
-    exceed it.
-
-    Cost: O(n) time, compiled: one pass for the integer and fractional parts,
-    DepRound's pass (n uniforms drawn from ``rng``, at most n - 1 used), one
-    pass to collect the rows. Returns the distinct rows with ``m_i > 0`` (in
-    increasing order) and their multiplicities.
-    """
-    kp = np.ascontiguousarray(kp, dtype=np.float64)
-    rows, mult, r = _multiset_round(kp, caps, rng.random(kp.size), k)
-    if r < 0 or (rows.size and rows[0] < 0):
-        raise ValueError(
-            f"The multiset sampler needs k p to sum to k={k} (got sum "
-            f"{float(np.sum(kp)):.12g}, integer parts {k - r}): p must lie in the alpha-set."
-        )
-    return rows, mult
-
-
-@njit(cache=True)
-def _multiset_round(kp, caps, u, k):  # pragma: no cover - compiled
-    n = kp.size
-    m = np.empty(n, dtype=np.int64)
-    frac = np.empty(n)
-    total = 0
-    for i in range(n):
-        x = min(max(kp[i], 0.0), caps[i])
-        base = np.floor(x)
-        m[i] = int(base)
-        frac[i] = x - base
-        total += m[i]
-    r = k - total
-    if r < 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), r
-    if r > 0:
-        chosen = _depround(frac, u, r)
-        if chosen[0] < 0:
-            return np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64), r
-        for j in chosen:
-            m[j] += 1
-    count = 0
-    for i in range(n):
-        if m[i] > 0:
-            count += 1
-    rows = np.empty(count, dtype=np.int64)
-    mult = np.empty(count, dtype=np.int64)
-    c = 0
-    for i in range(n):
-        if m[i] > 0:
-            rows[c] = i
-            mult[c] = m[i]
-            c += 1
-    return rows, mult, r
-
-
-def capped_simplex_euclidean_rows(v: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """Euclidean projection of ``v`` onto ``{0 <= p_i <= a_i, sum p = 1}``
-    (``sum a >= 1``): ``plugins.kset.euclidean_projection_row_caps``, the kernel
-    the k-set uses with one cap for every row. O(n log n), exact."""
-    return euclidean_projection_row_caps(np.ascontiguousarray(v, dtype=np.float64),
-                                         np.ascontiguousarray(caps, dtype=np.float64))
 
 
 # ---------------------------------------------------------------------------
@@ -280,6 +165,7 @@ class AlphaSet:
     """
 
     name: ClassVar[str] = "alphaset"
+    sampler: ClassVar[str] = "multiset"
     params: ClassVar[dict[str, Param]] = {
         "n": Param(int, low=1, doc="number of rows (set by the data set)"),
         "k": Param(int, default=20, low=1, high="n",
@@ -348,14 +234,9 @@ class AlphaSet:
         self._caps()
         return self.alpha_
 
-    @property
-    def max_alpha(self) -> float:
-        return float(self._caps().max()) / self.k
-
-    @property
-    def is_kset(self) -> bool:
-        """Every ``k alpha_i = 1``: the set is ``S_{n,k}`` and the sampler is DepRound."""
-        return bool(np.all(self._caps() == 1))
+    def row_caps(self) -> np.ndarray:
+        """The caps ``alpha`` (every ``k alpha_i = 1``: the k-set ``S_{n,k}``)."""
+        return self.alpha.copy()
 
     def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
         """``max_{p in K_alpha} <losses, p>``: fill the largest losses up to their
@@ -408,14 +289,15 @@ class AlphaSet:
 
     def euclidean_project(self, v: np.ndarray) -> np.ndarray:
         """Euclidean projection onto ``K_alpha`` (for gradient-ascent p-players)."""
-        return capped_simplex_euclidean_rows(v, self.alpha)
+        return capped_simplex_euclidean(v, self.alpha)
 
-    def sample(self, p: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """A multiset of size k with mean ``k p``: ``(rows, multiplicities)``, the
-        rows distinct, ``E[m_i] = k p_i``, ``m_i <= k alpha_i``; the action is
-        ``a = m / k`` on ``rows`` (see ``multiset_round``)."""
-        return multiset_round(np.asarray(p, dtype=np.float64) * self.k, self._caps(),
-                              self.k, rng)
+    def sample(self, p: np.ndarray, rng: np.random.Generator) -> Draw:
+        """A multiset of size k with mean ``k p``: the rows distinct,
+        ``E[m_i] = k p_i``, ``m_i <= k alpha_i``; the action is ``a = m / k`` on
+        ``rows`` (``multiset_round``: DepRound on the fractional parts of ``k p``)."""
+        rows, mult = multiset_round(np.asarray(p, dtype=np.float64) * self.k, self._caps(),
+                                    self.k, rng)
+        return Draw(rows, mult)
 
     def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:
         p = np.asarray(p)

@@ -33,16 +33,17 @@ class Exp4MP:
     ``eta = k gamma / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``.
     Per round: O(n) (the dense confidence update and the projection).
 
-    On the alpha-set ``K_alpha`` (paper, Appendix F) the draw is a multiset:
-    distinct rows with multiplicities ``m_i``, ``E[m_i] = k p_i``
-    (``plugins.alphaset.multiset_round``). Feedback is semi-bandit on the
-    distinct rows, ``L_hat_i = m_i L_i / (k p_i)`` (unbiased because ``E[m_i] =
-    k p_i``; the sampled confidence term is ``m_i / (k p_i)`` likewise), the
-    w-player's batch weights and the action are ``m_i / k``, and each distinct
-    row counts once as a data point. The paper proves no guarantee for
-    EXP4.MP on ``K_alpha``: the defaults stay Theorem 4.1's with the set's k,
-    and ``regret_bound`` is None unless every ``k alpha_i = 1`` (then the set
-    is ``S_{n,k}`` and the draw has DepRound's law).
+    The set's ``sample`` gives a ``harness.Draw``: distinct rows with
+    multiplicities ``m_i``, ``E[m_i] = k p_i`` (all 1 on the k-set; a multiset
+    on the alpha-set ``K_alpha``, paper Appendix F, ``plugins.lib.capped.
+    multiset_round``). Feedback is semi-bandit on the distinct rows,
+    ``L_hat_i = m_i L_i / (k p_i)`` (unbiased because ``E[m_i] = k p_i``; the
+    sampled confidence term is ``m_i / (k p_i)`` likewise), the w-player's
+    batch weights and the action are ``m_i / k``, and each distinct row counts
+    once as a data point. Theorem D.2 holds on ``S_{n,k}``; the paper proves no
+    guarantee on other sets: the defaults stay Theorem 4.1's with the set's k,
+    and ``regret_bound`` is None unless every row cap (``row_caps()``) is
+    ``1/k``, i.e. ``K`` is ``S_{n,k}``.
     """
 
     name: ClassVar[str] = "exp4mp"
@@ -89,7 +90,8 @@ class Exp4MP:
         self.eta_ = self.eta if self.eta is not None else k * gamma / (2 * n)
         self.c_ = self.c if self.c is not None else math.sqrt(k * math.log(n / self.delta))
         self.conf_ = self.c_ / math.sqrt(n * T)
-        self.proven_ = bool(getattr(constraint, "is_kset", True))
+        caps = constraint.row_caps()  # Theorem D.2 is proven on S_{n,k} only
+        self.proven_ = caps is not None and bool(np.all(caps == 1.0 / k))
         self.log_w_ = np.zeros(n)
         self._refresh()
         return {"eta": self.eta_, "gamma": self.gamma_, "c": self.c_, "delta": self.delta}
@@ -104,29 +106,21 @@ class Exp4MP:
         return self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        k = self.constraint_.k
-        draw = self.constraint_.sample(self.p_, rng)
-        if isinstance(draw, tuple):  # a multiset: (distinct rows, multiplicities)
-            self.rows_, self.mult_ = draw
-            return Proposal(self.rows_, self.mult_ / k)
-        self.rows_, self.mult_ = draw, None
-        return Proposal(self.rows_, np.full(k, 1.0 / k))
+        self.rows_, self.mult_ = self.constraint_.sample(self.p_, rng)
+        return Proposal(self.rows_, self.mult_ / self.constraint_.k)
 
     def observe(self, losses: np.ndarray) -> None:
         k, rows, p = self.constraint_.k, self.rows_, self.p_
         inv_kp = 1.0 / (k * p)
         free = ~self.capped_[rows]
         sampled = rows[free]
-        gain = self.eta_ * losses[free] * inv_kp[sampled]
-        mult = None if self.mult_ is None else self.mult_[free]
-        if mult is not None:
-            gain *= mult
+        mult = self.mult_[free]
+        gain = self.eta_ * losses[free] * inv_kp[sampled] * mult
         if self.confidence == "all":
             uncapped = ~self.capped_
             self.log_w_[uncapped] += (self.eta_ * self.conf_) * inv_kp[uncapped]
         else:
-            gain += (self.eta_ * self.conf_) * (
-                inv_kp[sampled] if mult is None else mult * inv_kp[sampled])
+            gain += (self.eta_ * self.conf_) * (mult * inv_kp[sampled])
         self.log_w_[sampled] += gain
         self.log_w_ -= self.log_w_.max()
         self._refresh()

@@ -62,7 +62,7 @@ class Exp3IX:
         return self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        self.rows_ = self.constraint_.sample(self.p_, rng)
+        self.rows_ = self.constraint_.sample(self.p_, rng).rows
         return Proposal(self.rows_, self.one_)
 
     def observe(self, losses: np.ndarray) -> None:

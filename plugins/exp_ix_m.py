@@ -10,7 +10,7 @@ import numpy as np
 
 import harness
 from harness import Param, Proposal
-from plugins.kset_tree import CappedWeightTree
+from plugins.lib.kset_tree import CappedWeightTree
 
 
 class ExpIXM:
@@ -50,13 +50,13 @@ class ExpIXM:
     rows each round: O(n) per round with the dense projection and DepRound.
 
     Cost per round: ``state="tree"`` keeps ``p_t`` in a tree of sums and maxima
-    (``plugins.kset_tree``) and samples systematically (Madow): O(k log n)
+    (``plugins.lib.kset_tree``) and samples systematically (Madow): O(k log n)
     time, O(n) memory; ``p`` is materialised (O(n)) only when read, at
     checkpoints. ``state="dense"`` keeps ``p_t`` as an array, projects with
-    ``plugins.kset.capped_kl_projection`` and draws with the constraint set's
-    sampler: O(n) per round, the reference the tree reproduces. ``auto``
-    picks the tree when the set's sampler is systematic (the simplex's draw is
-    too), else dense.
+    the constraint set's ``project`` and draws with its ``sample``: O(n) per
+    round, the reference the tree reproduces. ``auto`` picks the tree when the
+    set's ``sampler`` is "systematic" (the simplex's is: its categorical draw is
+    systematic sampling with k = 1), else dense.
     """
 
     name: ClassVar[str] = "exp_ix_m"
@@ -86,8 +86,7 @@ class ExpIXM:
     def setup(self, constraint, horizon: int) -> dict[str, float | str]:
         n, k, T = constraint.n, constraint.k, horizon
         self.constraint_ = constraint
-        systematic = constraint.name == "simplex" or getattr(constraint, "sampler", "") == (
-            "systematic")
+        systematic = constraint.sampler == "systematic"
         state = self.state
         if state == "auto":
             state = "tree" if systematic else "dense"
@@ -95,7 +94,7 @@ class ExpIXM:
             raise harness.ConfigError(
                 "The 'state' parameter of exp_ix_m is 'tree', which samples systematically; "
                 f"the constraint set '{constraint.name}' is configured with sampler "
-                f"'{getattr(constraint, 'sampler', None)}'. Set constraint.sampler=systematic "
+                f"'{constraint.sampler}'. Set constraint.sampler=systematic "
                 "or p_player.state=dense."
             )
         self.state_ = state
@@ -117,7 +116,7 @@ class ExpIXM:
     def propose(self, rng: np.random.Generator) -> Proposal:
         tree = self.tree_
         if tree is None:
-            self.rows_ = self.constraint_.sample(self.p_, rng)
+            self.rows_ = self.constraint_.sample(self.p_, rng).rows  # multiplicities 1
         else:
             rows = tree.sample(rng.random())
             while rows is None:  # two targets in one row by rounding: about 1e-16 per draw

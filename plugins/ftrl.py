@@ -23,9 +23,12 @@ class FTRL:
     Default ``eta = sqrt(log(n/k) / T)`` (Appendix E.2's theorem), whose
     regret bound is ``log(n/k) / eta + eta T = 2 sqrt(T log(n/k))``. Per round O(n d).
 
-    ``log(n/k)`` is the entropy's range over ``S_{n,k}``; on the alpha-set the
-    range is at most ``log(n max_i alpha_i)`` (``H(p) >= -log max_i p_i``), which
-    takes its place (equal to ``log(n/k)`` when every ``alpha_i = 1/k``).
+    ``log(n/k)`` is the entropy's range over ``S_{n,k}``. On a set with row
+    caps ``c`` (``row_caps()``: ``K = {0 <= p_i <= c_i, sum p = 1}``, e.g. the
+    alpha-set's ``alpha``) the range is at most ``log(n max_i c_i)`` (``H(p) >=
+    -log max_i p_i``), which takes its place (``log(n/k)`` when every
+    ``c_i = 1/k``); on a set of another form, ``log(n)``, the range over the
+    whole simplex.
     """
 
     name: ClassVar[str] = "ftrl"
@@ -42,17 +45,26 @@ class FTRL:
         return constraint.n
 
     def setup(self, constraint, horizon: int) -> dict[str, float]:
-        n, k = constraint.n, constraint.k
+        n = constraint.n
         self.constraint_ = constraint
-        max_alpha = getattr(constraint, "max_alpha", None)  # alpha-set: the largest cap
-        log_ratio = math.log(n / k) if max_alpha is None else math.log(n * max_alpha)
-        self.log_ratio_ = log_ratio
+        self.log_ratio_ = log_ratio = self.entropy_range(constraint)
         self.eta_ = self.eta if self.eta is not None else (
             math.sqrt(log_ratio / horizon) if log_ratio > 0 else 1.0)
         self.log_w_ = np.zeros(n)
         self.rows_ = np.arange(n)
         self.p_ = constraint.project(self.log_w_, 0.0, log_domain=True)
         return {"eta": self.eta_}
+
+    @staticmethod
+    def entropy_range(constraint) -> float:
+        """``log(n max_i c_i)`` for the row caps ``c`` of ``K`` (written ``log(n/k)``
+        when every cap is ``1/k``, Appendix E.2's form); ``log(n)`` if ``K`` has none."""
+        n, k = constraint.n, constraint.k
+        caps = constraint.row_caps()
+        if caps is None:
+            return math.log(n)
+        top = float(np.max(caps))
+        return math.log(n / k) if top == 1.0 / k else math.log(n * top)
 
     @property
     def p(self) -> np.ndarray:
@@ -68,7 +80,7 @@ class FTRL:
 
     def regret_bound(self, rounds: int) -> float | None:
         """``log(n/k) / eta + eta T``; ``2 sqrt(T log(n/k))`` at the default eta
-        (``log(n max_i alpha_i)`` in place of ``log(n/k)`` on the alpha-set)."""
+        (``entropy_range`` in place of ``log(n/k)`` on other sets)."""
         return self.log_ratio_ / self.eta_ + self.eta_ * rounds
 
 

@@ -21,7 +21,6 @@ import numpy as np
 
 import harness
 from harness import Param, Proposal
-from plugins.optimum import row_caps
 
 
 class TruncatedCVaR:
@@ -81,7 +80,7 @@ class TruncatedCVaR:
         self.b_ = self.rows_per_round(constraint)
         self.tau_lr_ = self.tau_lr if self.tau_lr is not None else math.sqrt(2.0 / horizon)
         # v_i = (n / b) c_i: the batch weight of a row above the threshold
-        self.scale_ = (n / self.b_) * row_caps(constraint)
+        self.scale_ = (n / self.b_) * self.caps(constraint)
         self.tau_ = 0.0
         self.seen_ = np.zeros(n)
         self.refresh_every_ = math.ceil(n / self.b_)
@@ -90,6 +89,15 @@ class TruncatedCVaR:
         self.action_rows_ = np.arange(n)
         self.action_values_ = self.p_
         return {"batch_size": self.b_, "tau_lr": self.tau_lr_}
+
+    def caps(self, constraint) -> np.ndarray:
+        """The row caps ``c`` of ``K`` (``row_caps()``); a set of another form is refused."""
+        caps = constraint.row_caps()
+        if caps is None:
+            raise harness.ConfigError(
+                f"The p_player '{self.name}' needs K = {{0 <= p_i <= c_i, sum p = 1}}; the "
+                f"constraint set '{constraint.name}' is not of that form (row_caps() is None).")
+        return caps
 
     @property
     def p(self) -> np.ndarray:
@@ -156,7 +164,7 @@ class SoftCVaR(TruncatedCVaR):
 
     def setup(self, constraint, horizon: int) -> dict[str, float]:
         derived = super().setup(constraint, horizon)
-        total_caps = float(row_caps(constraint).sum())  # n/k on the k-set
+        total_caps = float(self.caps(constraint).sum())  # n/k on the k-set
         self.temperature_ = self.temperature if self.temperature is not None else (
             self.bias / (total_caps * math.log(2.0)))
         # the guaranteed smoothing cost at the temperature in use

@@ -33,9 +33,11 @@ class StochasticAFL:
     The guarantee (Mohri et al., Theorem 2) holds in expectation,
     ``3 R_Lambda sqrt((sigma_lambda^2 + G_lambda^2) / T)`` for the lambda part.
 
-    On the alpha-set, ``S`` is the multiset sampler's draw: its distinct rows
-    with weights ``m_i / k`` (still unbiased, ``E[m_i] = k lambda_i``), so a
-    round evaluates at most 2k rows; the projection is onto ``K_alpha``.
+    ``S`` is the set's ``sample``, a ``harness.Draw``: its distinct rows with
+    weights ``m_i / k`` (unbiased, ``E[m_i] = k lambda_i``; on the alpha-set a
+    multiset, so a round evaluates at most 2k rows). The set must offer the
+    Euclidean projection (``harness.EuclideanProjection``); ``setup`` refuses
+    one that does not.
     """
 
     name: ClassVar[str] = "safl"
@@ -53,6 +55,11 @@ class StochasticAFL:
 
     def setup(self, constraint, horizon: int) -> dict[str, float]:
         n, k = constraint.n, constraint.k
+        if not isinstance(constraint, harness.EuclideanProjection):
+            raise harness.ConfigError(
+                f"The p_player '{self.name}' steps by Euclidean projection onto K; the "
+                f"constraint set '{constraint.name}' has no euclidean_project(v) method "
+                "(harness.EuclideanProjection).")
         self.constraint_ = constraint
         self.horizon_ = horizon
         self.lambda_variance_ = n * n / k + n
@@ -60,7 +67,7 @@ class StochasticAFL:
             horizon * self.lambda_variance_)
         self.lam_ = np.full(n, 1.0 / n)
         self.all_rows_ = np.arange(n)
-        self.w_weights_ = np.concatenate((np.full(k, 1.0 / k), np.zeros(k)))
+        self.zeros_ = np.zeros(k)  # the lambda sample's rows have no batch weight
         return {"eta": self.eta_}
 
     def suggest_w_lr(self, radius: float, grad_bound: float, horizon: int) -> float:
@@ -73,12 +80,9 @@ class StochasticAFL:
 
     def propose(self, rng: np.random.Generator) -> Proposal:
         K = self.constraint_
-        for_w = K.sample(self.lam_, rng)
+        for_w, mult = K.sample(self.lam_, rng)
         self.for_lambda_ = rng.choice(K.n, size=K.k, replace=False)
-        weights = self.w_weights_
-        if isinstance(for_w, tuple):  # a multiset: (distinct rows, multiplicities)
-            for_w, mult = for_w
-            weights = np.concatenate((mult / K.k, self.w_weights_[K.k:]))
+        weights = np.concatenate((mult / K.k, self.zeros_))
         rows = np.concatenate((for_w, self.for_lambda_))
         return Proposal(rows, weights, self.all_rows_, self.lam_)
 

@@ -7,14 +7,15 @@ from typing import ClassVar
 import numpy as np
 
 import harness
-from harness import Param
+from harness import Draw, Param
 from plugins.kset import KSet
 
 
 class Simplex(KSet):
     """``S_n``: ``lmo`` is the largest loss; ``project`` normalises (the KL
     projection onto the simplex) and mixes with the uniform distribution;
-    ``sample`` is one categorical draw (inverse CDF, O(n))."""
+    ``sample`` is one categorical draw (inverse CDF, O(n)), which is
+    systematic sampling with k = 1: ``sampler`` is "systematic"."""
 
     name: ClassVar[str] = "simplex"
     params: ClassVar[dict[str, Param]] = {
@@ -22,12 +23,12 @@ class Simplex(KSet):
     }
 
     def __init__(self, n: int) -> None:
-        super().__init__(n, k=1)
+        super().__init__(n, k=1, sampler="systematic")
 
-    def sample(self, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def sample(self, p: np.ndarray, rng: np.random.Generator) -> Draw:
         cdf = np.cumsum(p)
         i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-        return np.array([min(i, self.n - 1)], dtype=np.int64)
+        return Draw(np.array([min(i, self.n - 1)], dtype=np.int64), self.ones_)
 
 
 @harness.hookimpl

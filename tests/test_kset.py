@@ -1,6 +1,7 @@
-"""The k-set S_{n,k} (plugins/kset.py): capped KL projection (Algorithm 2 Lines
-3-10, Algorithm 4), DepRound (Algorithm 5), the linear maximisation oracle,
-membership and parameter validation.
+"""The k-set S_{n,k} (plugins/kset.py; numerics in plugins/lib/capped.py):
+capped KL projection (Algorithm 2 Lines 3-10, Algorithm 4), DepRound
+(Algorithm 5), the linear maximisation oracle, membership and parameter
+validation.
 
 Every reference here is computed independently of the code under test: the
 projection by a generic convex solver (scipy SLSQP), the oracle by a linear
@@ -19,8 +20,9 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 import harness
-import plugins.kset as kset_module
-from plugins.kset import KSet, capped_kl_projection, depround
+import plugins.lib.capped as capped_module
+from plugins.kset import KSet
+from plugins.lib.capped import capped_kl_projection, depround
 
 from reference_solvers import (
     _wrong_projection_no_renormalisation,
@@ -231,7 +233,7 @@ def reference_depround(p, k, draws, rng, *, invert_coin=False, normalise_to_one=
 
 
 def python_depround_core(x, u, k, *, invert_coin=False):
-    """Pure-Python drop-in for ``plugins.kset._depround`` (same signature), for
+    """Pure-Python drop-in for ``plugins.lib.capped.depround_core`` (same signature), for
     monkeypatching a wrong coin into the real ``depround`` wrapper."""
     n = x.size
     carry, coin = -1, 0
@@ -344,7 +346,7 @@ def test_compiled_depround_marginals_are_k_p(n, k, gamma, seed):
     p = depround_p(n, k, gamma, seed)
     K = kset(n, k)
     rng = np.random.default_rng(SEED)
-    draws = [K.sample(p, rng) for _ in range(N_DRAWS)]
+    draws = [K.sample(p, rng).rows for _ in range(N_DRAWS)]
     for rows in draws:
         assert rows.shape == (k,) and np.unique(rows).size == k
     ok, why = marginal_check(indices_to_matrix(draws, n), p, k)
@@ -357,7 +359,7 @@ def test_real_depround_wrapper_with_inverted_coin_is_rejected(monkeypatch):
     n, k, gamma, seed = DEPROUND_CASES[0]
     p = depround_p(n, k, gamma, seed)
     monkeypatch.setattr(
-        kset_module, "_depround",
+        capped_module, "depround_core",
         lambda x, u, kk: python_depround_core(x, u, kk, invert_coin=True))
     rng = np.random.default_rng(SEED)
     draws = [depround(p, k, rng) for _ in range(N_DRAWS // 4)]
@@ -369,8 +371,9 @@ def test_real_depround_core_fed_p_normalised_to_one_is_rejected(monkeypatch):
     # the compiled core given p summing to 1 instead of k cannot end with k rows
     n, k, gamma, seed = DEPROUND_CASES[0]
     p = depround_p(n, k, gamma, seed)
-    compiled = kset_module._depround
-    monkeypatch.setattr(kset_module, "_depround", lambda x, u, kk: compiled(x / kk, u, kk))
+    compiled = capped_module.depround_core
+    monkeypatch.setattr(capped_module, "depround_core",
+                        lambda x, u, kk: compiled(x / kk, u, kk))
     with pytest.raises(ValueError, match="exactly k"):
         depround(p, k, np.random.default_rng(SEED))
 
@@ -383,7 +386,7 @@ def test_python_core_matches_compiled_core_draw_for_draw():
         p = depround_p(n, k, gamma, seed)
         for _ in range(200):
             u = rng.random(n)
-            a = kset_module._depround(p * k, u, k)
+            a = capped_module.depround_core(p * k, u, k)
             b = python_depround_core(p * k, u, k)
             assert np.array_equal(np.sort(a), np.sort(b))
 
@@ -501,8 +504,8 @@ def test_lmo_value_dominates_every_point_of_the_kset(case, seed):
 def test_samplers_draw_k_distinct_rows_for_any_point_of_the_kset(case, seed, sampler):
     w, k, gamma = case
     K = harness.build("constraint_set", "kset", n=w.size, k=k, sampler=sampler)
-    rows = K.sample(K.project(w, gamma), np.random.default_rng(seed))
-    assert rows.size == k and np.unique(rows).size == k
+    rows, mult = K.sample(K.project(w, gamma), np.random.default_rng(seed))
+    assert rows.size == k and np.unique(rows).size == k and np.all(mult == 1)
     assert rows.min() >= 0 and rows.max() < w.size
 
 
@@ -523,8 +526,8 @@ def test_log_domain_projection_and_sampler_for_any_log_weights(case, gamma, name
     p = K.project(log_w, gamma, log_domain=True)
     assert np.all(np.isfinite(p)) and K.contains(p)
     np.testing.assert_allclose(K.project(p, 0.0), p, rtol=0, atol=1e-9)
-    rows = np.atleast_1d(K.sample(p, np.random.default_rng(seed)))
-    assert rows.size == K.k and np.unique(rows).size == K.k
+    rows, mult = K.sample(p, np.random.default_rng(seed))
+    assert rows.size == K.k and np.unique(rows).size == K.k and np.all(mult == 1)
     assert rows.min() >= 0 and rows.max() < log_w.size
 
 

@@ -30,14 +30,14 @@ N, K = 40, 4
 
 
 def constraint_set(registry: harness.Registry, name: str):
-    """The set over N rows: k = K, and the alpha-set with the contract suite's
-    caps of three sizes (1, 2 and k units of 1/k)."""
-    if name == "simplex":
-        return harness.build("constraint_set", name, n=N)
-    if name == "alphaset":
-        return harness.build("constraint_set", name,
-                             **registry.get("constraint_set", name).cls.contract_params(N))
-    return harness.build("constraint_set", name, n=N, k=K)
+    """The set over N rows: the contract suite's parameters where the set gives
+    them (``contract_params``: the alpha-set's caps of three sizes, 1, 2 and k
+    units of 1/k), else k = K if the set takes a k (the simplex does not)."""
+    cls = registry.get("constraint_set", name).cls
+    example = getattr(cls, "contract_params", None)
+    if example is not None:
+        return registry.build("constraint_set", name, **example(N))
+    return registry.build("constraint_set", name, n=N, **({"k": K} if "k" in cls.params else {}))
 
 
 def run(registry: harness.Registry, player: str, constraint: str, rounds: int, period: int,

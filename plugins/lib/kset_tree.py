@@ -53,7 +53,7 @@ from numba import njit
 FANOUT = 16
 #: rebase when the largest weight falls below exp(-REBASE)
 REBASE = 200.0
-#: a row is capped when ``log(lam w_i) > log(kappa) + CAP_TOL`` (as ``plugins.kset``)
+#: a row is capped when ``log(lam w_i) > log(kappa) + CAP_TOL`` (as ``plugins.lib.capped``)
 CAP_TOL = 1e-12
 
 

@@ -1,0 +1,378 @@
+"""Numerics of the capped simplices ``K = {p : 0 <= p_i <= c_i, sum p = 1}``:
+the k-set ``S_{n,k}`` (every ``c_i = 1/k``; the simplex is ``k = 1``) and the
+alpha-set ``K_alpha`` (``c_i = alpha_i``, ``k alpha_i`` integer; paper,
+Appendix F). The constraint-set plugins (``plugins.kset``,
+``plugins.simplex``, ``plugins.alphaset``) and the p-players call these
+functions; nothing here is registered.
+
+* KL (Bregman) projections, Algorithm 4 and Lemma C.2 (one cap, or a cap per
+  row): ``capped_kl_projection``, ``alpha_kl_projection``, and their compiled
+  core ``kl_projection_row_caps``;
+* the Euclidean projection: ``capped_simplex_euclidean`` and its compiled
+  core ``euclidean_projection_row_caps``;
+* samplers of an extreme point with mean ``p``: DepRound (Algorithm 5,
+  ``depround`` and its compiled core ``depround_core``), systematic sampling
+  (``systematic``, ``systematic_rows``), and the alpha-set's multiset sampler
+  (``multiset_round``, compiled core ``multiset_round_core``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# ---------------------------------------------------------------------------
+# KL projections (Algorithm 4, Lemma C.2)
+# ---------------------------------------------------------------------------
+
+
+def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
+    """KL (Bregman) projection of the weights ``exp(log_w)`` onto
+    ``{q : 0 <= q_i <= kappa, sum q = 1}`` (paper, Algorithm 4 and Lemma C.2).
+
+    The projection is ``q_i = min(kappa, lam * w_i)`` with ``lam`` such that
+    ``sum q = 1`` (Lemma C.2 (a)); the capped rows are the largest weights.
+    Instead of Algorithm 4's sort, the capped set is grown from empty: with
+    ``C`` capped, ``lam(C) = (1 - |C| kappa) / sum_{i not in C} w_i`` never
+    exceeds the optimal ``lam*`` when ``C`` is inside the optimal capped set,
+    so every row with ``lam(C) w_i > kappa`` is capped at the optimum too.
+    Each pass is O(n) and at most ``ceil(1/kappa) - 1 <= k - 1`` rows are ever
+    capped. Sums are taken relative to the largest uncapped log-weight, so
+    weights spanning any dynamic range (1e8 rounds of exponential updates)
+    neither overflow nor lose the small rows to cancellation.
+
+    Returns ``q`` and the boolean mask of capped rows (``J_t``, Line 6 of
+    Algorithm 2).
+    """
+    log_w = np.ascontiguousarray(log_w, dtype=np.float64)
+    if log_w.size * kappa <= 1.0 + 1e-12:  # the set is the single point 1/n
+        return np.full(log_w.size, 1.0 / log_w.size), np.ones(log_w.size, dtype=bool)
+    caps = np.full(log_w.size, kappa)
+    q, capped, feasible = kl_projection_row_caps(log_w, caps, np.full(log_w.size, np.log(kappa)))
+    if not feasible:
+        raise ValueError(
+            f"The KL projection onto caps {kappa:.6g} needs more than {int(1 / kappa)} rows "
+            f"with positive weight; got {int(np.sum(np.isfinite(log_w)))} "
+            "(zero weights and gamma = 0?)."
+        )
+    return q, capped
+
+
+@njit(cache=True)
+def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compiled
+    """Compiled core of the KL projection onto ``{0 <= q_i <= kappa_i, sum q = 1}``
+    (one cap per row; the k-set passes a constant cap). Returns q, the capped
+    mask and whether a projection exists."""
+    n = log_w.size
+    capped = np.zeros(n, dtype=np.bool_)
+    mass = 0.0  # sum of kappa_i over the capped rows
+    top = -np.inf
+    shift = 0.0
+    while True:
+        top = -np.inf
+        for i in range(n):
+            if not capped[i] and log_w[i] > top:
+                top = log_w[i]
+        if top == -np.inf:
+            if mass >= 1.0 - 1e-12:  # every row capped, the caps sum to 1
+                break
+            return np.zeros(n), capped, False
+        total = 0.0
+        for i in range(n):
+            if not capped[i]:
+                total += np.exp(log_w[i] - top)
+        rest = 1.0 - mass
+        shift = np.log(rest) - np.log(total) if rest > 0.0 else -np.inf
+        # a row at its cap up to rounding is left uncapped (same q either way)
+        grew = False
+        for i in range(n):
+            if not capped[i] and (log_w[i] - top) + shift > log_kappa[i] + 1e-12:
+                capped[i] = True
+                mass += kappa[i]
+                grew = True
+        if not grew:
+            break
+    q = np.empty(n)
+    for i in range(n):
+        q[i] = kappa[i] if capped[i] else np.exp((log_w[i] - top) + shift)
+    return q, capped, True
+
+
+def alpha_kl_projection(log_w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """KL (Bregman) projection of the weights ``exp(log_w)`` onto
+    ``{q : 0 <= q_i <= kappa_i, sum q = 1}``: Algorithm 4 (paper, Appendix C.2)
+    with a cap per row.
+
+    The KKT conditions of ``min sum q_i log(q_i / w_i)`` under the box and the
+    sum constraint give ``q_i = min(kappa_i, lam * w_i)`` with ``lam`` such that
+    ``sum q = 1``: every capped row sits at its own ``kappa_i``, every uncapped
+    row is ``w_i`` scaled by the common factor ``lam`` (Lemma C.2 (a) with
+    per-row caps). The capped rows are those with the largest ratio
+    ``w_i / kappa_i``. As in ``capped_kl_projection`` the capped
+    set ``C`` is grown from empty: ``lam(C) = (1 - sum_C kappa_i) / sum_{i not
+    in C} w_i`` never exceeds ``lam*`` while ``C`` lies inside the optimal capped
+    set (``sum_i min(kappa_i, lam w_i)`` is below ``sum_C kappa_i + lam sum_{not
+    C} w_i``, both increasing in ``lam``), so every row with ``lam(C) w_i >
+    kappa_i`` is capped at the optimum too. Each pass is O(n); since every
+    ``kappa_i >= 1/k`` (for ``k <= n``) at most k rows are ever capped, so at
+    most k + 1 passes. Sums are relative to the largest uncapped log-weight,
+    so any dynamic range of the weights is safe.
+
+    Returns ``q`` and the boolean mask of capped rows.
+    """
+    log_w = np.ascontiguousarray(log_w, dtype=np.float64)
+    kappa = np.ascontiguousarray(kappa, dtype=np.float64)
+    q, capped, feasible = kl_projection_row_caps(log_w, kappa, np.log(kappa))
+    if not feasible:
+        raise ValueError(
+            f"The KL projection onto per-row caps (sum {float(kappa.sum()):.6g}) needs "
+            f"positive weight on rows whose caps reach 1; got "
+            f"{int(np.sum(np.isfinite(log_w)))} rows with positive weight "
+            "(zero weights and gamma = 0?)."
+        )
+    return q, capped
+
+
+# ---------------------------------------------------------------------------
+# Euclidean projection
+# ---------------------------------------------------------------------------
+
+
+def capped_simplex_euclidean(v: np.ndarray, caps: float | np.ndarray) -> np.ndarray:
+    """Euclidean projection of ``v`` onto ``{0 <= p_i <= c_i, sum p = 1}``
+    (``sum c >= 1``) for one cap ``caps`` shared by every row (the k-set: 1/k)
+    or a cap per row (the alpha-set: ``alpha``): ``euclidean_projection_row_caps``.
+    O(n log n), exact."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    if np.ndim(caps) == 0:
+        return euclidean_projection_row_caps(v, np.full(v.size, float(caps)))
+    return euclidean_projection_row_caps(v, np.ascontiguousarray(caps, dtype=np.float64))
+
+
+@njit(cache=True)
+def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
+    """Euclidean projection of ``v`` onto ``{0 <= p_i <= c_i, sum p = 1}``
+    (``c = caps``, ``sum c >= 1``), compiled; the k-set passes a constant cap.
+
+    ``p_i = clip(v_i - tau, 0, c_i)`` where ``f(tau) = sum_i clip(v_i - tau,
+    0, c_i)`` is piecewise linear and non-increasing with breakpoints
+    ``v_i`` and ``v_i - c_i``. The breakpoints are walked in increasing
+    order (a merge of the sorted ``v`` and the sorted ``v - caps``) with
+    running sums, up to the last one where ``f >= 1``; ``tau`` is interpolated
+    on the segment after it, where ``f`` has slope ``-(#rows strictly between
+    their two breakpoints)``. O(n log n) for the two sorts, exact up to the
+    rounding of the running sums (inputs are O(1) in use: a point of the set
+    plus a step). A NaN or inf input raises ValueError.
+    """
+    n = v.size
+    u = np.sort(v)
+    low = np.sort(v - caps)
+    total_u = 0.0
+    total_low = 0.0
+    for i in range(n):
+        total_u += u[i]
+        total_low += low[i]
+    if not (np.isfinite(total_u) and np.isfinite(total_low)):
+        raise ValueError("the Euclidean projection needs finite inputs and caps")
+    a = 0  # rows with v_i <= tau (they contribute 0)
+    b = 0  # rows with v_i - c_i <= tau (the others sit at their cap)
+    below_u = 0.0
+    below_low = 0.0
+    bp_j = min(u[0], low[0])
+    f_j = 1.0
+    slope_j = 0
+    first = True
+    while a < n or b < n:
+        bp = low[b] if b < n and (a >= n or low[b] <= u[a]) else u[a]
+        while a < n and u[a] <= bp:
+            below_u += u[a]
+            a += 1
+        while b < n and low[b] <= bp:
+            below_low += low[b]
+            b += 1
+        c1 = n - a
+        c2 = n - b
+        f = (total_u - below_u - c1 * bp) - (total_low - below_low - c2 * bp)
+        if f < 1.0 and not first:
+            break
+        bp_j, f_j, slope_j = bp, f, c1 - c2
+        first = False
+    tau = bp_j + (f_j - 1.0) / slope_j if slope_j > 0 else bp_j
+    p = np.empty(n)
+    for i in range(n):
+        p[i] = min(max(v[i] - tau, 0.0), caps[i])
+    return p
+
+
+# ---------------------------------------------------------------------------
+# samplers: DepRound (Algorithm 5), systematic, multiset (Appendix F)
+# ---------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def depround_core(x, u, k):  # pragma: no cover - compiled
+    """Compiled core of ``depround``: Lines 3-10 of Algorithm 5 on ``x = k p``
+    (changed in place) with the coins ``u`` (n uniforms). Returns the k rows
+    that end at 1, or k entries -1 if their number is not k."""
+    eps = 1e-12
+    n = x.size
+    carry = -1
+    coin = 0
+    for j in range(n):
+        xj = x[j]
+        if xj <= eps or xj >= 1.0 - eps:
+            continue
+        if carry < 0:
+            carry = j
+            continue
+        xi = x[carry]
+        alpha = min(1.0 - xi, xj)
+        beta = min(xi, 1.0 - xj)
+        # Line 7: (p_i + alpha, p_j - alpha) with probability beta / (alpha + beta)
+        if u[coin] * (alpha + beta) < beta:
+            xi += alpha
+            xj -= alpha
+        else:
+            xi -= beta
+            xj += beta
+        coin += 1
+        x[carry] = xi
+        x[j] = xj
+        if xi <= eps or xi >= 1.0 - eps:
+            carry = j if eps < xj < 1.0 - eps else -1
+    out = np.empty(k, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        if x[i] > 0.5:
+            if c < k:
+                out[c] = i
+            c += 1
+    if c != k:
+        out[:] = -1
+    return out
+
+
+def depround(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """DepRound (paper, Algorithm 5; Gandhi et al. 2006): k distinct rows with
+    ``P[i in S] = k p_i`` for ``p`` in ``S_{n,k}``.
+
+    Line 2 stretches p to sum k (not 1). Fractional entries are paired in
+    index order (the box allows any pairing); each pair step leaves at least
+    one of the two integral, so at most n - 1 coins are needed and they are
+    drawn up front from ``rng`` (reproducible under a seed). O(n) time, compiled.
+    """
+    x = np.ascontiguousarray(p, dtype=np.float64) * k
+    rows = depround_core(x, rng.random(p.size), k)
+    if rows[0] < 0:
+        raise ValueError(
+            f"DepRound did not end with exactly k={k} rows: p must lie in S_n,k "
+            f"(sum p = {float(np.sum(p))!r}, max p = {float(np.max(p))!r})."
+        )
+    return rows
+
+
+def systematic_rows(kp: np.ndarray, k: int, u: float) -> np.ndarray:
+    """Systematic (Madow 1949) sampling: the rows whose cumulative ``kp``
+    crosses one of ``u, u + 1, ..., u + k - 1`` for one offset ``u`` in [0, 1).
+
+    With ``kp = k p`` summing to k and every ``kp_i <= 1``, each row's interval
+    ``[cum_{i-1}, cum_i)`` has length at most 1 and so holds at most one of the
+    k points: exactly k distinct rows, and ``P[i in S] = kp_i`` when ``u`` is
+    uniform. Rows come in index order. O(n) (one cumulative sum).
+    """
+    cum = np.cumsum(kp)
+    rows = np.searchsorted(cum, u + np.arange(k), side="right")
+    return np.minimum(rows, kp.size - 1)
+
+
+def systematic(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """k distinct rows with ``P[i in S] = k p_i`` for ``p`` in ``S_{n,k}`` by
+    systematic sampling (``systematic_rows``): one uniform draw from ``rng``.
+
+    Same marginals as DepRound; the joint law differs (two rows whose
+    intervals lie within one unit of the cumulative sum, such as neighbours
+    with small ``k p_i``, are never drawn together), which estimators built on
+    the marginals, as the bandits' are, do not see. A row repeated by rounding (an
+    interval longer than 1 by an ulp, probability about 1e-16 per draw)
+    redraws the offset.
+    """
+    kp = np.asarray(p, dtype=np.float64) * k
+    for _ in range(4):
+        rows = systematic_rows(kp, k, rng.random())
+        if np.all(np.diff(rows) > 0):
+            return rows
+    raise ValueError(
+        f"Systematic sampling did not give k={k} distinct rows: p must lie in S_n,k "
+        f"(sum p = {float(np.sum(p))!r}, max p = {float(np.max(p))!r})."
+    )
+
+
+def multiset_round(kp: np.ndarray, caps: np.ndarray, k: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The multiset sampler of ``K_alpha``: integer multiplicities ``m`` with
+    ``E[m_i] = k p_i``, ``sum m = k`` and ``m_i <= c_i = k alpha_i``, from
+    ``kp = k p`` (``p`` in ``K_alpha``).
+
+    Law: ``m_i = floor(k p_i) + B_i`` where ``B`` is DepRound (paper,
+    Algorithm 5) applied to the fractional parts ``f_i = k p_i - floor(k p_i)``,
+    which sum to the integer ``r = k - sum_i floor(k p_i)``: ``B`` selects r
+    distinct rows with ``P[B_i = 1] = f_i``, and its selections are negatively
+    correlated (Gandhi et al. 2006). So each ``m_i`` is
+    ``floor(k p_i)`` or ``ceil(k p_i)``, never above the integer cap ``c_i >= k
+    p_i``, and ``a = m / k`` is a point of ``K_alpha``. A row with integer
+    ``k p_i`` (e.g. at its cap) gets exactly ``k p_i`` every draw. ``k p`` is
+    clipped to ``[0, c]`` first so that rounding above a cap cannot make ``m_i``
+    exceed it.
+
+    Cost: O(n) time, compiled: one pass for the integer and fractional parts,
+    DepRound's pass (n uniforms drawn from ``rng``, at most n - 1 used), one
+    pass to collect the rows. Returns the distinct rows with ``m_i > 0`` (in
+    increasing order) and their multiplicities.
+    """
+    kp = np.ascontiguousarray(kp, dtype=np.float64)
+    rows, mult, r = multiset_round_core(kp, caps, rng.random(kp.size), k)
+    if r < 0 or (rows.size and rows[0] < 0):
+        raise ValueError(
+            f"The multiset sampler needs k p to sum to k={k} (got sum "
+            f"{float(np.sum(kp)):.12g}, integer parts {k - r}): p must lie in the alpha-set."
+        )
+    return rows, mult
+
+
+@njit(cache=True)
+def multiset_round_core(kp, caps, u, k):  # pragma: no cover - compiled
+    """Compiled core of ``multiset_round``: ``(rows, multiplicities, r)`` with
+    ``r`` the rows DepRound rounds up (negative: the integer parts exceed k;
+    rows ``[-1]``: DepRound failed)."""
+    n = kp.size
+    m = np.empty(n, dtype=np.int64)
+    frac = np.empty(n)
+    total = 0
+    for i in range(n):
+        x = min(max(kp[i], 0.0), caps[i])
+        base = np.floor(x)
+        m[i] = int(base)
+        frac[i] = x - base
+        total += m[i]
+    r = k - total
+    if r < 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), r
+    if r > 0:
+        chosen = depround_core(frac, u, r)
+        if chosen[0] < 0:
+            return np.full(1, -1, dtype=np.int64), np.zeros(1, dtype=np.int64), r
+        for j in chosen:
+            m[j] += 1
+    count = 0
+    for i in range(n):
+        if m[i] > 0:
+            count += 1
+    rows = np.empty(count, dtype=np.int64)
+    mult = np.empty(count, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        if m[i] > 0:
+            rows[c] = i
+            mult[c] = m[i]
+            c += 1
+    return rows, mult, r
