@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import signal
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from harness import state, stream
-from harness.context import RunContext
+from harness.context import RunContext, attach
 from harness.game import Components, Game, checkpoint_rounds
 from harness.params import ConfigError, Param, check
 from harness.registry import Registry, default_registry, make_plugin_manager
@@ -24,6 +25,14 @@ TOP_LEVEL = {"constraint", "p_player", "w_player", "model", "dataset",
              "budget", "seed", "checkpoints", "tracking", "progress", "reference",
              "resume", "state_dir"}
 
+
+#: top-level values of the game (``budget`` is at least one round's rows)
+GAME_PARAMS: dict[str, Param] = {
+    "budget": Param(int, default=1_000_000, low=1, doc="data points processed"),
+    "seed": Param(int, default=0, low=0, doc="seed of the game's random generator"),
+    "checkpoints": Param(int, default=30, low=1,
+                         doc="about this many log-spaced checkpoints (plus each decade)"),
+}
 
 #: top-level values that steer the run rather than the game
 RUN_SWITCHES: dict[str, Param] = {
@@ -95,9 +104,36 @@ def check_dataset(name: str, dataset: Any) -> None:
                           f"'regression'. Got {dataset.task!r} instead.")
 
 
+def check_unit_features(name: str, dataset: Any, model_name: str, model: Any) -> None:
+    """Refuse features outside [0, 1] when the model's loss bound assumes them
+    (a class attribute ``needs_unit_features = True``), in one streamed pass.
+
+    The built-in models need no such check: their bounds read the largest row
+    norm of the data itself (``plugins.models``)."""
+    if not getattr(model, "needs_unit_features", False):
+        return
+    start = 0
+    for Xc, _ in stream.row_chunks(dataset.X, dataset.y):
+        outside = (Xc < 0.0) | (Xc > 1.0)
+        if outside.any():
+            i, j = np.argwhere(outside)[0]
+            raise ConfigError(
+                f"The model '{model_name}' bounds its losses for features in [0, 1]; the "
+                f"data set '{name}' has X[{start + i}, {j}] = {Xc[i, j]} "
+                f"({int(outside.sum())} value(s) outside [0, 1] in rows {start}.."
+                f"{start + len(Xc) - 1}). Scale the features to [0, 1] (e.g. dataset=file "
+                "with dataset.scale=minmax) or choose another model.")
+        start += len(Xc)
+
+
 @dataclass
 class Prepared:
-    """A validated game, ready to play; nothing has been recorded yet."""
+    """A validated game, ready to play; nothing has been recorded yet.
+
+    ``game`` is the game being (or last) played by ``play``, None before;
+    ``resumed_from`` the round a resumed run continued from. Plugins see the
+    run through ``context.parts``, which reads through to both.
+    """
 
     parts: Components
     horizon: int
@@ -106,6 +142,11 @@ class Prepared:
     checkpoints: np.ndarray
     context: RunContext
     registry: Registry
+    game: Game | None = None
+    resumed_from: int | None = None
+
+    def __post_init__(self) -> None:
+        attach(self.context, self)
 
 
 def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
@@ -158,13 +199,18 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     if task is not None and task != dataset.task:
         raise ConfigError(f"The model '{m_name}' is for {task}; the data set '{ds_name}' is "
                           f"{dataset.task}. Choose a {dataset.task} model or model=auto.")
+    check_unit_features(ds_name, dataset, m_name, model)
     names = {"dataset": ds_name, "constraint": c_name, "p_player": p_name,
              "w_player": w_name, "model": m_name}
 
     per_round = int(p_player.rows_per_round(constraint))
-    budget = check("the game", "budget", Param(int, low=per_round), conf.get("budget"))
-    seed = check("the game", "seed", Param(int, low=0), conf.get("seed", 0))
-    n_cp = check("the game", "checkpoints", Param(int, low=1), conf.get("checkpoints", 30))
+    budget = check("the game", "budget",
+                   dataclasses.replace(GAME_PARAMS["budget"], low=per_round),
+                   conf.get("budget", GAME_PARAMS["budget"].default))
+    seed = check("the game", "seed", GAME_PARAMS["seed"],
+                 conf.get("seed", GAME_PARAMS["seed"].default))
+    n_cp = check("the game", "checkpoints", GAME_PARAMS["checkpoints"],
+                 conf.get("checkpoints", GAME_PARAMS["checkpoints"].default))
     horizon = budget // per_round
 
     derived: dict[str, Any] = {f"constraint.{k}": v for k, v in (bound or {}).items()}
@@ -208,8 +254,8 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
     saved = state.load(state_file, prepared) if context.config.get("resume") else None
     if saved is not None:
         prepared.parts = saved["parts"]
+        prepared.resumed_from = saved["state"].rounds
         context.state["resume"] = saved["resume"]
-        context.state["resumed_from_round"] = saved["state"].rounds
 
     saving = [True]
 
@@ -235,7 +281,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
     )
     if saved is not None:
         game.state = saved["state"]
-    context.state["game"] = game
+    prepared.game = game  # context.parts reads the run through it from here on
     status = "FAILED"
     with _stop_on_signals(game):
         try:
@@ -257,11 +303,11 @@ def _stop_on_signals(game: Game) -> Iterator[None]:
     """Ctrl-C and SIGTERM (a scheduler's or ``kill``'s stop) end the game between
     two rounds, as KILLED with its checkpoints kept: an exception raised inside
     a compiled kernel would surface as a SystemError instead. Before the game
-    (the OPT solve, say) a signal interrupts at once; after it, the first
-    signal does not cut the final status short, and is raised again once the
-    run has ended (a stop asked for in the last round is not dropped). A
-    second signal interrupts at once. Only the main thread can install signal
-    handlers."""
+    (a plugin's work at run start, say) a signal interrupts at once; after
+    it, the first signal does not cut the final status short, and is raised
+    again once the run has ended (a stop asked for in the last round is not
+    dropped). A second signal interrupts at once. Only the main thread can
+    install signal handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
-from harness.api import play, prepare
+from harness.api import Prepared, play, prepare
+from harness.config import config_dir, register_options, unknown_option
 from harness.params import ConfigError, SetupError
-
-
-def config_dir() -> str:
-    """The config tree: inside the installed package, or ``conf/`` of a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return str(candidate)
-    raise FileNotFoundError(f"minimax-bench config tree not found near {here}")
 
 
 def _progress_bar(enabled: bool, total: int) -> Any:
@@ -33,9 +24,10 @@ def _progress_bar(enabled: bool, total: int) -> Any:
                 dynamic_ncols=True)
 
 
-def summary(prepared: Any, metrics: dict[str, float]) -> str:
-    names = prepared.parts.names
-    k = prepared.parts.constraint.k
+def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
+    """The end-of-run summary: the run's own rows, then the plugins' ``summary_lines``."""
+    run = prepared.context.parts
+    names, k = run.names, run.constraint.k
     lines = [
         f"minimax-bench: {names['p_player']} vs {names['w_player']} on {names['dataset']} "
         f"({names['constraint']}, k={k}, model {names['model']}, seed {prepared.seed})",
@@ -46,66 +38,37 @@ def summary(prepared: Any, metrics: dict[str, float]) -> str:
         ("accuracy", metrics.get("accuracy")),
         (f"MSE of the {k} largest losses", metrics.get("topk_mse")),
         ("theory bound", metrics.get("theory_bound")),
-        ("suboptimality (objective - OPT)", metrics.get("suboptimality")),
     ]
-    lines += [f"  {label:<36} {value:.6g}" for label, value in rows if value is not None]
-    opt_text = _opt_text(prepared.context.params)
-    if opt_text:
-        lines.append(f"  {'exact optimum OPT':<36} {opt_text}")
-    resumed = prepared.context.state.get("resumed_from_round")
-    if resumed is not None:
-        lines.append(f"  {'resumed from round':<36} {resumed:,}")
-    lines.append(f"  {'data points processed':<36} {int(metrics.get('data_points', 0)):,} "
-                 f"in {int(metrics.get('rounds', 0)):,} rounds, "
-                 f"{metrics.get('wall_time_s', 0.0):.1f} s")
-    handle = prepared.context.state.get("mlflow")
-    if handle is not None:
-        uri = handle["uri"]
-        lines.append(f"  {'MLflow run':<36} {handle['run_id']} "
-                     f"(experiment id {handle['experiment_id']}) in {uri}")
-        if not uri.startswith("http"):
-            lines.append(f"  open it with:  mlflow ui --backend-store-uri {uri}  then "
-                         f"http://127.0.0.1:5000/#/experiments/{handle['experiment_id']}"
-                         f"/runs/{handle['run_id']}")
-        else:
-            lines.append(f"  open it at:    {uri.rstrip('/')}/#/experiments/"
-                         f"{handle['experiment_id']}/runs/{handle['run_id']}")
+    lines += [_row(label, f"{value:.6g}") for label, value in rows if value is not None]
+    if run.resumed_from is not None:
+        lines.append(_row("resumed from round", f"{run.resumed_from:,}"))
+    lines.append(_row("data points processed",
+                      f"{int(metrics.get('data_points', 0)):,} "
+                      f"in {int(metrics.get('rounds', 0)):,} rounds, "
+                      f"{metrics.get('wall_time_s', 0.0):.1f} s"))
+    lines += [_row(label, text) for label, text in plugin_lines(prepared, "FINISHED", metrics)]
     return "\n".join(lines)
 
 
-def _opt_text(params: dict[str, Any]) -> str | None:
-    """OPT and where it came from, or why it is unavailable (None: not asked for)."""
-    status = params.get("opt_status")
-    if status is None:
-        return None
-    if "opt" in params:
-        return f"{params['opt']:.6g} ({params['opt_solver']}, {status})"
-    return f"unavailable ({status}): {params.get('opt_message', '')}"
+def _row(label: str, text: str) -> str:
+    return f"  {label:<36} {text}" if label else f"  {text}"
 
 
-def sweep_record() -> dict[str, Any]:
-    """What a sweep-level callback left for the jobs in ``<sweep dir>/sweep.json`` (or {})."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return {}
-    hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN:
-        return {}
-    path = Path(hc.sweep.dir) / "sweep.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+def plugin_lines(prepared: Prepared, status: str,
+                 metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The ``(label, text)`` lines the plugins add to the summary, in hook call order."""
+    results = prepared.registry.pm.hook.summary_lines(
+        context=prepared.context, status=status, metrics=metrics)
+    return [(str(label), str(text)) for lines in results for label, text in lines or ()]
 
 
-def interrupted(prepared: Any) -> str:
-    game = prepared.context.state.get("game")
-    done = game.state.rounds if game is not None else 0
-    text = (f"minimax-bench: interrupted; its state at round {done:,} (the last checkpoint) "
-            "is saved: run the same command with resume=true to continue")
-    handle = prepared.context.state.get("mlflow")
-    if handle is not None:
-        text += (f"; MLflow run {handle['run_id']} is marked KILLED with the checkpoints "
-                 "logged so far")
+def interrupted(prepared: Prepared) -> str:
+    """The notice of an interrupted run, with the plugins' ``summary_lines``."""
+    metrics = prepared.game.state.last_metrics if prepared.game is not None else {}
+    text = (f"minimax-bench: interrupted; its state at round {prepared.context.parts.rounds:,} "
+            "(the last checkpoint) is saved: run the same command with resume=true to continue")
+    for label, line in plugin_lines(prepared, "KILLED", metrics):
+        text += f"; {label} {line}" if label else f"; {line}"
     return text
 
 
@@ -116,7 +79,6 @@ def task(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         print(f"minimax-bench: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    prepared.context.state["sweep"] = sweep_record()
     bar = _progress_bar(bool(cfg.get("progress", True)), prepared.horizon)
     try:
         metrics = play(prepared, None if bar is None else lambda t: bar.update(t - bar.n))
@@ -138,7 +100,19 @@ def task(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
+    """``minimax-bench [overrides]``: an unknown option of a config group is one
+    line and exit 2 (before Hydra's longer message); then Hydra's app."""
+    message = unknown_option(sys.argv[1:])
+    if message is not None:
+        print(f"minimax-bench: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
     hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")(task)()
+
+
+# Options generated from the registry, stored when this module is imported: a
+# launcher that composes each job's config in a process of its own (submitit)
+# imports it to unpickle the task function.
+register_options()
 
 
 if __name__ == "__main__":

@@ -1,23 +1,147 @@
-"""The object event hooks receive: one per game."""
+"""The object event hooks receive: one per game, with a read-only view of the run."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from harness.api import Prepared
+    from harness.game import Components
+    from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
+
+
+class RunView:
+    """A read-only view of one run: its components and the game's public state.
+
+    Every attribute reads through to the run as it is now (a resumed run
+    swaps in its saved components before ``on_run_start``), so keep the view,
+    not what it returned. Attributes cannot be assigned. The components
+    themselves are the live objects the game plays with: read them, do not
+    change them.
+
+    Counters are those the game last recorded: at run start (0, or the
+    resumed round), at each checkpoint and at the end of the game.
+    """
+
+    __slots__ = ("_source",)
+
+    _source: Prepared | None
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_source", None)
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError(f"The run view is read-only: cannot set {name!r}.")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"The run view is read-only: cannot delete {name!r}.")
+
+    def __repr__(self) -> str:
+        if self._source is None:
+            return "RunView(<not attached>)"
+        return f"RunView({dict(self.names)!r}, rounds={self.rounds}/{self.horizon})"
+
+    def _run(self) -> Prepared:
+        if self._source is None:
+            raise RuntimeError("This RunContext belongs to no game (harness.prepare makes one).")
+        return self._source
+
+    def _parts(self) -> Components:
+        run = self._run()
+        return run.game.parts if run.game is not None else run.parts
+
+    @property
+    def dataset(self) -> Dataset:
+        return self._parts().dataset
+
+    @property
+    def model(self) -> Model:
+        return self._parts().model
+
+    @property
+    def constraint(self) -> ConstraintSet:
+        return self._parts().constraint
+
+    @property
+    def p_player(self) -> PPlayer:
+        return self._parts().p_player
+
+    @property
+    def w_player(self) -> WPlayer:
+        return self._parts().w_player
+
+    @property
+    def names(self) -> Mapping[str, str]:
+        """The config names of the components, keyed ``dataset``, ``model``,
+        ``constraint``, ``p_player``, ``w_player`` (``model`` resolved from ``auto``)."""
+        return MappingProxyType(self._parts().names)
+
+    @property
+    def horizon(self) -> int:
+        """The number of rounds T of the game (``budget // rows_per_round``)."""
+        return int(self._run().horizon)
+
+    @property
+    def checkpoints(self) -> tuple[int, ...]:
+        """The rounds at which metrics are computed, increasing, the last = ``horizon``."""
+        return tuple(int(r) for r in self._run().checkpoints)
+
+    @property
+    def rounds(self) -> int:
+        """Rounds played as of the last checkpoint (``horizon`` once the game finished)."""
+        game = self._run().game
+        return 0 if game is None else int(game.state.rounds)
+
+    @property
+    def data_points(self) -> int:
+        """Data points processed (rows whose losses were evaluated) so far."""
+        game = self._run().game
+        return 0 if game is None else int(game.state.data_points)
+
+    @property
+    def wall_time_s(self) -> float:
+        """Seconds spent in the rounds and checkpoints as of the last checkpoint
+        (summed over the interrupted runs a resumed run continues)."""
+        game = self._run().game
+        return 0.0 if game is None else float(game.state.wall_time)
+
+    @property
+    def resumed_from(self) -> int | None:
+        """The round a resumed run continued from (None: the run started afresh)."""
+        return self._run().resumed_from
+
+
+def attach(context: RunContext, source: Prepared) -> None:
+    """Point ``context.parts`` at a prepared game (and at its game once it plays).
+    Called by ``harness.prepare``; plugins never need it."""
+    object.__setattr__(context.parts, "_source", source)
 
 
 @dataclass
 class RunContext:
-    """What a tracker needs to know about one game.
+    """What an event hook knows about one game.
 
     ``config``: the resolved configuration as plain containers.
     ``params``: flat parameters to record (config values with theory-derived
     values filled in, plus derived quantities such as the horizon T).
     ``tags``: algorithm, dataset, constraint, seed, package version.
-    ``state``: scratch space for plugins (e.g. a tracker's run id).
+    ``state``: scratch space for plugins, each under its own keys (e.g. a
+    tracker's run id); ``state["resume"]`` is saved with the game state and
+    restored when the run resumes.
+    ``parts``: the run itself, read-only (a ``RunView``): the components,
+    their names and the game's counters.
     """
 
     config: dict[str, Any]
     params: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    _view: RunView = field(default_factory=RunView, init=False, repr=False, compare=False)
+
+    @property
+    def parts(self) -> RunView:
+        """The read-only view of the run: components, names, counters."""
+        return self._view

@@ -18,6 +18,9 @@ from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
 #: that the game reports as a ``GuardError`` naming the player and the round
 _NUMERIC_ERRORS = (ValueError, ArithmeticError)
 
+#: metrics that measure time, not the game: they differ between runs of one seed
+TIMING_METRICS = ("wall_time_s", "checkpoint_time_s", "checkpoint_time_total_s")
+
 
 class GuardError(RuntimeError):
     """A plugin produced a value outside the contract (p outside K, non-finite numbers)."""
@@ -54,6 +57,8 @@ class GameState:
     inner_w: np.ndarray | None = None
     inner_lipschitz: float = 1.0
     wall_time: float = 0.0
+    #: seconds spent computing checkpoint metrics, summed over the checkpoints
+    checkpoint_time: float = 0.0
     last_metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -153,7 +158,11 @@ class Game:
         return state.last_metrics
 
     def evaluate(self) -> dict[str, float]:
-        """Metrics at the current round: certified dual gap, objective, task metrics."""
+        """Metrics at the current round: certified dual gap, objective, task metrics,
+        the plugins' metrics, and the seconds spent computing them all
+        (``checkpoint_time_s``; ``checkpoint_time_total_s`` over every checkpoint
+        so far, included in ``wall_time_s`` from the next checkpoint on)."""
+        start = time.perf_counter()
         parts, state = self.parts, self.state
         X, y = parts.dataset.X, parts.dataset.y
         model, wp, pp = parts.model, parts.w_player, parts.p_player
@@ -205,6 +214,10 @@ class Game:
                 f"'{parts.names.get('p_player')}', w-player '{parts.names.get('w_player')}', "
                 f"model '{parts.names.get('model')}')."
             )
+        spent = time.perf_counter() - start
+        state.checkpoint_time += spent
+        metrics["checkpoint_time_s"] = spent
+        metrics["checkpoint_time_total_s"] = state.checkpoint_time
         state.last_metrics = metrics
         return metrics
 

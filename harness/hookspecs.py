@@ -12,7 +12,12 @@ declaring every constructor argument), and satisfies the matching protocol in
 ``harness.protocols``.
 
 Event hooks receive a ``harness.RunContext``; they are called at run start,
-at each checkpoint and at run end, never per round.
+at each checkpoint and at run end, never per round. ``context.parts`` is a
+read-only view of the run (``harness.context.RunView``): the components
+(``dataset``, ``model``, ``constraint``, ``p_player``, ``w_player``), their
+config ``names``, and ``horizon``, ``checkpoints``, ``rounds``,
+``data_points``, ``wall_time_s``, ``resumed_from``. ``context.state`` is the
+plugins' scratch space, each plugin under its own keys.
 """
 
 from __future__ import annotations
@@ -70,9 +75,10 @@ def on_run_start(context: RunContext) -> None:
     before the first round. ``context.params`` holds the resolved config and
     every theory-derived parameter; ``context.tags`` the run's tags.
     A tracker may store its handle in ``context.state``. A plugin that adds
-    parameters to be recorded (e.g. the exact optimum ``opt``) implements this
-    hook with ``tryfirst=True``, so that trackers see them; the game and its
-    components are ``context.state["game"]``."""
+    parameters to be recorded (e.g. the exact optimum ``opt``, computed from
+    the components in ``context.parts``) implements this hook with
+    ``tryfirst=True``, so that trackers see them. On a resumed run
+    ``context.parts`` already holds the saved components."""
 
 
 @hookspec
@@ -82,16 +88,18 @@ def checkpoint_metrics(
     """Called at each checkpoint, before ``on_checkpoint``, to add metrics.
 
     ``w_bar`` is the average iterate, ``losses`` its per-row losses scaled to
-    [0, 1] (unclipped) over the whole data set; the game and its components are
-    ``context.state["game"]``. Return a mapping of extra metrics (or None);
-    all returned mappings are merged into the checkpoint's metrics.
+    [0, 1] (unclipped) over the whole data set; the components are in
+    ``context.parts``. Return a mapping of extra metrics (or None); all
+    returned mappings are merged into the checkpoint's metrics (the time spent
+    here counts in its ``checkpoint_time_s``).
     """
 
 
 @hookspec
 def on_checkpoint(context: RunContext, step: int, metrics: Mapping[str, float]) -> None:
     """Called at each checkpoint with ``step`` = data points processed so far
-    and the metrics computed there (dual gap, objective, task metrics, ...)."""
+    and the metrics computed there (dual gap, objective, task metrics, the
+    plugins' metrics, ``checkpoint_time_s``, ...)."""
 
 
 @hookspec
@@ -99,3 +107,19 @@ def on_run_end(context: RunContext, status: str, metrics: Mapping[str, Any]) -> 
     """Called once when the game ends: ``status`` is ``"FINISHED"``,
     ``"FAILED"`` (an exception) or ``"KILLED"`` (interrupted); ``metrics``
     are the last checkpoint's metrics (empty if none was reached)."""
+
+
+@hookspec
+def summary_lines(
+    context: RunContext, status: str, metrics: Mapping[str, Any]
+) -> list[tuple[str, str]] | None:
+    """Called by the ``minimax-bench`` command after the run has ended, to add
+    lines to the summary it prints: ``status`` is ``"FINISHED"`` (the summary
+    on stdout) or ``"KILLED"`` (the interrupted notice on stderr); ``metrics``
+    are the last checkpoint's metrics.
+
+    Return ``(label, text)`` pairs (or None). After a finished run each is
+    printed as a row below the command's own rows (an empty label: ``text``
+    alone); after an interrupt each is appended to the notice as ``label
+    text``. Lines come in hook call order: a tracker saying where the run is
+    recorded implements this hook with ``trylast=True``."""

@@ -33,8 +33,7 @@ def group_losses(losses: np.ndarray, codes: np.ndarray, sizes: np.ndarray) -> np
 
 @harness.hookimpl
 def checkpoint_metrics(context, w_bar, losses) -> Mapping[str, float] | None:
-    game = context.state.get("game")
-    dataset = getattr(getattr(game, "parts", None), "dataset", None)
+    dataset = context.parts.dataset
     column = getattr(dataset, "group_column", None)
     if column is None:
         return None
@@ -47,7 +46,7 @@ def checkpoint_metrics(context, w_bar, losses) -> Mapping[str, float] | None:
         groups = group_codes(columns[column])
         context.state["group_metrics"] = groups
     names, codes, sizes = groups
-    means = group_losses(losses * game.parts.model.scale_, codes, sizes)
+    means = group_losses(losses * context.parts.model.scale_, codes, sizes)
     metrics = {f"group_loss.{g}": float(v) for g, v in zip(names, means, strict=True)}
     metrics["worst_group_loss"] = float(means.max())
     return metrics

@@ -16,8 +16,12 @@ A Hydra multirun gets one parent run: ``SweepCallback.on_multirun_start``
 creates the experiment and the parent run once, in the launching process,
 and writes their ids to ``<sweep dir>/sweep.json``; every job (in any
 launcher's process or on any cluster node sharing the file system) files
-its run under them. Jobs that each called ``set_experiment`` would race and
-could drop runs into the Default experiment.
+its run under them (``sweep_record``, read at run start). Jobs that each
+called ``set_experiment`` would race and could drop runs into the Default
+experiment.
+
+The command's end-of-run summary gains the run's id, its store and how to
+open it; an interrupted run's notice says that the run is marked KILLED.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ _MAX_PARAM_LEN = 6000
 
 #: the ``tracking`` config block
 PARAMS: dict[str, Param] = {
-    "enabled": Param(bool, default=False, doc="log the run to MLflow"),
+    "enabled": Param(bool, default=True, doc="log the run to MLflow"),
     "uri": Param(str, nullable=True, doc="tracking URI; None: MLflow's default"),
     "experiment": Param(str, default="minimax-bench", nullable=True, doc="experiment name"),
     "run_name": Param(str, nullable=True, doc="run name; None: MLflow's"),
@@ -58,8 +62,8 @@ PARAMS: dict[str, Param] = {
 def _settings(context) -> dict[str, Any] | None:
     """The validated ``tracking`` block if tracking is enabled, else None."""
     block = context.config.get("tracking")
-    if block is None:
-        block = {}
+    if block is None:  # a config without the block (the Python API's bare dicts) tracks nothing
+        return None
     if not isinstance(block, Mapping):
         raise ConfigError(f"The 'tracking' config key must be a mapping. Got {block!r} instead.")
     values = validate("tracking", PARAMS, block)
@@ -137,7 +141,7 @@ def on_run_start(context):
         handle["logged_through"] = max([last] + [r["step"] for r in handle["pending"]])
         return
     tags = dict(context.tags)
-    sweep = (context.state.get("sweep") or {}).get("mlflow")
+    sweep = sweep_record().get("mlflow")
     if sweep and sweep["uri"] == client.tracking_uri and sweep["experiment"] == name:
         experiment_id = sweep["experiment_id"]
         tags["mlflow.parentRunId"] = sweep["parent_run_id"]
@@ -281,6 +285,39 @@ def replay(path: str | Path) -> int:
     _flush(handle)
     path.unlink()
     return len(records)
+
+
+def sweep_record() -> dict[str, Any]:
+    """What ``SweepCallback`` left for the jobs of this Hydra multirun in
+    ``<sweep dir>/sweep.json`` ({} outside a multirun, or without the file)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return {}
+    path = Path(hc.sweep.dir) / SWEEP_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+@harness.hookimpl(trylast=True)
+def summary_lines(context, status: str, metrics: Mapping[str, Any]):
+    """Where the run is recorded and how to open it; after an interrupt, that
+    it is marked KILLED."""
+    handle = context.state.get("mlflow")
+    if handle is None:
+        return None
+    run_id, experiment_id, uri = handle["run_id"], handle["experiment_id"], handle["uri"]
+    if status != "FINISHED":
+        return [("MLflow run", f"{run_id} is marked {status} with the checkpoints logged so far")]
+    if uri.startswith("http"):
+        where = f"open it at:    {uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    else:
+        where = (f"open it with:  mlflow ui --backend-store-uri {uri}  then "
+                 f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{run_id}")
+    return [("MLflow run", f"{run_id} (experiment id {experiment_id}) in {uri}"), ("", where)]
 
 
 class SweepCallback(Callback):

@@ -7,11 +7,12 @@ key computes nothing):
       exact: auto      # auto | true | false
       solver: auto     # auto (Clarabel, then SCS) | CLARABEL | SCS
       max_size: 1000000
-      rtol: 1.0e-5
+      rtol: 1.0e-5     # accept OPT if its certified interval is within
+      atol: 1.0e-8     #   rtol * |OPT| + atol
       time_limit: 120  # seconds per solver attempt
       cache_dir: null  # null: $XDG_CACHE_HOME/minimax-bench, else ~/.cache/minimax-bench
 
-``auto`` computes OPT (``plugins.optimum``) when cvxpy is installed and the
+``auto`` computes OPT (``plugins.lib.optimum``) when cvxpy is installed and the
 data set has ``n * d <= max_size``; ``true`` computes it whatever the size
 (and is an error without cvxpy). OPT is computed once per (data, model, loss
 scale, K, B) and cached on disk, keyed by a hash of all of them; a cached
@@ -24,6 +25,8 @@ At run start (before the tracker logs parameters) the run's params gain
 ``suboptimality = objective(w_bar) - OPT`` and ``relative_suboptimality =
 suboptimality / OPT``; if not, nothing is logged and ``opt_message`` says why.
 Since ``opt_lower <= OPT``, ``suboptimality >= -(opt - opt_lower)`` always.
+The command's end-of-run summary gains the final suboptimality and OPT (or
+why it is unavailable).
 """
 
 from __future__ import annotations
@@ -38,17 +41,20 @@ import numpy as np
 
 import harness
 from harness import ConfigError, Param
+from harness.context import RunView
 from harness.params import validate
-from plugins import optimum
+from plugins.lib import optimum
 
 PARAMS: dict[str, Param] = {
-    "exact": Param(str, default="false", choices=("auto", "true", "false"),
+    "exact": Param(str, default="auto", choices=("auto", "true", "false"),
                    doc="compute OPT: auto (if cvxpy is installed and n*d <= max_size)"),
     "solver": Param(str, default="auto", choices=("auto", *optimum.SOLVERS),
                     doc="cvxpy solver; auto: Clarabel, then SCS"),
     "max_size": Param(int, default=1_000_000, low=1, doc="largest n*d that auto solves"),
     "rtol": Param(float, default=1e-5, low=0.0, low_open=True,
-                  doc="accept OPT if its certified interval is this narrow (relative)"),
+                  doc="accept OPT if its certified interval is within rtol |OPT| + atol"),
+    "atol": Param(float, default=1e-8, low=0.0,
+                  doc="absolute part of the certified interval's tolerance (OPT near 0)"),
     "time_limit": Param(float, default=120.0, low=0.0, low_open=True,
                         doc="seconds per solver attempt"),
     "cache_dir": Param(str, nullable=True, doc="where OPT records are kept"),
@@ -81,12 +87,11 @@ def _cvxpy_installed() -> bool:
     return True
 
 
-def compute(game: Any, conf: dict[str, Any]) -> tuple[str, str, optimum.Optimum | None]:
-    """``(status, message, optimum)`` for the game's problem under ``conf``."""
-    parts = game.parts
+def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Optimum | None]:
+    """``(status, message, optimum)`` for the run's problem under ``conf``."""
     X, y, model = parts.dataset.X, parts.dataset.y, parts.model
     n, d = X.shape
-    caps = optimum.row_caps(parts.constraint)
+    caps = parts.constraint.row_caps()
     if caps is None:
         return "skipped", (f"the constraint set '{parts.constraint.name}' is not of the form "
                            "{0 <= p_i <= c_i, sum p = 1}"), None
@@ -107,7 +112,7 @@ def compute(game: Any, conf: dict[str, Any]) -> tuple[str, str, optimum.Optimum 
     solvers = optimum.SOLVERS if conf["solver"] == "auto" else (conf["solver"],)
     try:
         found = optimum.solve(X, y, model, caps, radius, solvers, conf["rtol"],
-                              conf["time_limit"])
+                              conf["time_limit"], conf["atol"])
     except optimum.OptimumUnavailable as err:
         warnings.warn(f"minimax-bench: exact optimum unavailable: {err}", RuntimeWarning,
                       stacklevel=2)
@@ -128,7 +133,7 @@ def on_run_start(context):
     context.params.update({f"reference.{k}": v for k, v in conf.items()})
     if conf["exact"] == "false":
         return
-    status, message, found = compute(context.state["game"], conf)
+    status, message, found = compute(context.parts, conf)
     context.params.update({"opt_status": status, "opt_message": message})
     context.state["reference"] = {"status": status, "message": message, "optimum": found}
     if found is not None:
@@ -141,9 +146,26 @@ def checkpoint_metrics(context, w_bar, losses):
     found = (context.state.get("reference") or {}).get("optimum")
     if found is None:
         return None
-    objective, _ = context.state["game"].parts.constraint.lmo(losses)
+    objective, _ = context.parts.constraint.lmo(losses)
     gap = objective - found.value
     metrics = {"suboptimality": gap}
     if found.value > 0:
         metrics["relative_suboptimality"] = gap / found.value
     return metrics
+
+
+@harness.hookimpl
+def summary_lines(context, status, metrics):
+    """The final suboptimality and OPT (or why it is unavailable), after a finished run."""
+    if status != "FINISHED":
+        return None
+    lines = []
+    if "suboptimality" in metrics:
+        lines.append(("suboptimality (objective - OPT)", f"{metrics['suboptimality']:.6g}"))
+    record = context.state.get("reference")
+    if record is not None:
+        found = record["optimum"]
+        text = (f"{found.value:.6g} ({found.solver}, {record['status']})" if found is not None
+                else f"unavailable ({record['status']}): {record['message']}")
+        lines.append(("exact optimum OPT", text))
+    return lines or None

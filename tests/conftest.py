@@ -1,7 +1,11 @@
 """Shared fixtures for the minimax-bench test suite.
 
-* ``tiny_cfg``: a small, fully specified config (plain dict) for ``harness.run``;
-  tracking is disabled, so it touches no MLflow store.
+* ``game_cfg(*overrides, **values)``: the CLI's config (``harness.compose``)
+  as a plain dict, quiet (no tracking, no OPT solve, no saved state, no
+  progress bar: ``harness.config.QUIET``), with command-line ``overrides`` and then ``values`` set:
+  a group given as a dict with a ``name`` picks that option and sets its keys.
+* ``tiny_cfg``: a cheap game from ``game_cfg`` (breast cancer, k = 5, 20k
+  data points, 5 checkpoints), a fresh dict per test.
 * ``tracking_uri``: an MLflow SQLite store URI in the test's ``tmp_path``
   (the file is created by MLflow on first use, which costs a few seconds).
 * ``run_cli``: run ``python -m harness <overrides>`` as a subprocess in
@@ -20,7 +24,28 @@ from typing import Any
 
 import pytest
 
+import harness
+
 CLI_TIMEOUT_S = 300
+
+
+def game_cfg(*overrides: str, registry: Any = None, **values: Any) -> dict[str, Any]:
+    """``harness.compose`` of ``QUIET + overrides`` as a plain dict, then ``values``
+    set on it (``constraint={"name": "alphaset", "caps": ...}`` picks the option
+    ``constraint=alphaset`` and sets ``caps``). ``registry``: options of a
+    registry with test plugins (default: the built-ins and installed ones)."""
+    from omegaconf import OmegaConf
+
+    groups = [f"{key}={value['name']}" for key, value in values.items()
+              if isinstance(value, dict) and "name" in value]
+    composed = harness.compose([*harness.config.QUIET, *overrides, *groups], registry=registry)
+    cfg = OmegaConf.to_container(composed, resolve=True)
+    for key, value in values.items():
+        if isinstance(value, dict) and "name" in value:
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    return cfg
 
 
 @pytest.fixture
@@ -29,17 +54,7 @@ def tiny_cfg() -> dict[str, Any]:
 
     A fresh dict per test, so a test may mutate it freely.
     """
-    return {
-        "constraint": {"name": "kset", "k": 5},
-        "p_player": {"name": "exp4mp"},
-        "w_player": {"name": "ogd"},
-        "model": {"name": "auto"},
-        "dataset": {"name": "breast_cancer"},
-        "budget": 20000,
-        "seed": 0,
-        "checkpoints": 5,
-        "tracking": {"enabled": False},
-    }
+    return game_cfg("constraint.k=5", "budget=20000", "checkpoints=5")
 
 
 @pytest.fixture

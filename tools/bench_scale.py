@@ -10,7 +10,7 @@ the folder exists), then, for each n, times on the first n rows of that file:
 
 * the p-player alone (``propose`` + ``observe``): dense EXP4.MP (Algorithm 2
   with DepRound, ``plugins/exp4mp.py``) and exp_ix_m's tree state
-  (``plugins/kset_tree.py``, systematic sampling);
+  (``plugins/lib/kset_tree.py``, systematic sampling);
 * a whole round as ``harness.game.Game.play`` runs it (propose, read the rows,
   losses, observe, gradient, OGD step, a_bar update) for both, and for plain
   mini-batch SGD on the same rows (the rows exp_ix_m drew, replayed: no
@@ -39,6 +39,7 @@ import numpy as np
 
 import harness
 from harness import stream
+from harness.config import QUIET
 from plugins.exp4mp import Exp4MP
 from plugins.exp_ix_m import ExpIXM
 from plugins.files import SyntheticDataset
@@ -158,43 +159,43 @@ def _memory_sampler(peaks: dict, stop: threading.Event) -> None:
         stop.wait(0.1)
 
 
+class CheckpointPrinter:
+    """Prints each checkpoint's numbers and the game's time to compute them."""
+
+    def __init__(self) -> None:
+        self.costs: list[float] = []
+        self.prepared: harness.api.Prepared | None = None
+
+    @harness.hookimpl
+    def on_checkpoint(self, context, step, metrics):
+        self.costs.append(metrics["checkpoint_time_s"])
+        support = np.count_nonzero(self.prepared.game.state.a_sum)  # rows in a_bar
+        print(f"  checkpoint at {int(step):>11,} data points: "
+              f"dual_gap={metrics['dual_gap']:.4f} objective={metrics['objective']:.4f} "
+              f"slack={metrics['inner_solver_slack']:.2g} accuracy={metrics['accuracy']:.4f} "
+              f"support={int(support):,} ({self.costs[-1]:.1f} s)", flush=True)
+
+
 def disk_run(args) -> None:
     """Part 2, in its own process."""
     peaks: dict[str, int] = {}
     stop = threading.Event()
     sampler = threading.Thread(target=_memory_sampler, args=(peaks, stop), daemon=True)
     sampler.start()
-    cfg = {"constraint": {"name": "kset", "k": args.k, "sampler": "systematic"},
-           "p_player": {"name": "exp_ix_m"}, "w_player": {"name": "ogd"},
-           "model": {"name": "auto"},
-           "dataset": {"name": "synthetic", "n": int(args.max_n), "d": args.d,
-                       "hard": args.hard, "cache_dir": args.data_dir},
-           "budget": int(args.budget), "seed": 0, "checkpoints": args.checkpoints,
-           "tracking": {"enabled": False}}
+    cfg = harness.compose([
+        *QUIET, f"constraint.k={args.k}", "constraint.sampler=systematic", "p_player=exp_ix_m",
+        "dataset=synthetic", f"dataset.n={int(args.max_n)}", f"dataset.d={args.d}",
+        f"dataset.hard={args.hard}", f"dataset.cache_dir={args.data_dir}",
+        f"budget={int(args.budget)}", "seed=0", f"checkpoints={args.checkpoints}"])
+    printer = CheckpointPrinter()
     t0 = time.perf_counter()
-    prep = harness.prepare(cfg)
+    prep = harness.prepare(cfg, harness.Registry(harness.make_plugin_manager([printer])))
     t_prepare = time.perf_counter() - t0
-    costs: list[float] = []
-    evaluate = harness.game.Game.evaluate
-
-    def timed(self):
-        t = time.perf_counter()
-        out = evaluate(self)
-        costs.append(time.perf_counter() - t)
-        print(f"  checkpoint at {int(out['data_points']):>11,} data points: "
-              f"dual_gap={out['dual_gap']:.4f} objective={out['objective']:.4f} "
-              f"slack={out['inner_solver_slack']:.2g} accuracy={out['accuracy']:.4f} "
-              f"support={int(np.count_nonzero(self.state.a_sum)):,} "
-              f"({costs[-1]:.1f} s)", flush=True)
-        return out
-
-    harness.game.Game.evaluate = timed
+    printer.prepared = prep
     t0 = time.perf_counter()
-    try:
-        metrics = harness.play(prep)
-    finally:
-        harness.game.Game.evaluate = evaluate
+    metrics = harness.play(prep)
     total = time.perf_counter() - t0
+    costs = printer.costs
     stop.set()
     sampler.join()
     with open("/proc/self/status") as f:

@@ -5,7 +5,7 @@ the exact optimum.
     python tools/compare_practitioner.py --datasets boston --seeds 2 --budget 1e6
     python tools/compare_practitioner.py --load results.json   # print a saved comparison
 
-Solves OPT once per data set (``plugins.optimum``, cached), then runs one game
+Solves OPT once per data set (``plugins.lib.optimum``, cached), then runs one game
 per (data set, algorithm, seed) with tracking off, in parallel processes, and
 prints per data set and algorithm, as median [min, max] over seeds:
 
@@ -18,7 +18,8 @@ prints per data set and algorithm, as median [min, max] over seeds:
   resolution is that of the checkpoints (``--checkpoints`` log-spaced, plus
   each decade). Wall time counts the rounds only: the game's ``wall_time_s``
   also includes the checkpoints' own evaluation (certified gap, metrics),
-  which is subtracted here ("round time"; "run time" includes it). On a
+  which the game logs (``checkpoint_time_s``, ``checkpoint_time_total_s``)
+  and is subtracted here ("round time"; "run time" includes it). On a
   shared machine both are only as steady as its load.
 
 Raw checkpoint metrics are saved with ``--save`` for later analysis.
@@ -41,6 +42,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 import harness  # noqa: E402
+from harness.config import QUIET  # noqa: E402
 
 ALGORITHMS = ("exp4mp", "ftrl", "safl", "ru_sgd", "soft_cvar", "uniform")
 LABELS = {"exp4mp": "OL-EXP.4M", "ftrl": "OL-FTRL", "safl": "S-AFL",
@@ -53,34 +55,19 @@ class Recorder:
 
     def __init__(self) -> None:
         self.points: dict[int, dict[str, float]] = {}
-        self.eval_s = 0.0
-
-    @harness.hookimpl(trylast=True)
-    def on_run_start(self, context):
-        game = context.state["game"]
-        evaluate = game.evaluate
-
-        def timed() -> dict[str, float]:
-            before, start = self.eval_s, time.perf_counter()
-            metrics = evaluate()
-            self.eval_s += time.perf_counter() - start
-            metrics["round_time_s"] = metrics["wall_time_s"] - before
-            return metrics
-
-        game.evaluate = timed
 
     @harness.hookimpl
     def on_checkpoint(self, context, step, metrics):
-        self.points[int(step)] = dict(metrics)
+        earlier = metrics["checkpoint_time_total_s"] - metrics["checkpoint_time_s"]
+        self.points[int(step)] = {**metrics, "round_time_s": metrics["wall_time_s"] - earlier}
 
 
 def config(dataset: str, algorithm: str, seed: int, budget: int, k: int, checkpoints: int,
            cache_dir: str) -> dict:
-    return {"constraint": {"name": "kset", "k": k}, "p_player": {"name": algorithm},
-            "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-            "dataset": {"name": dataset}, "budget": budget, "seed": seed,
-            "checkpoints": checkpoints, "progress": False, "tracking": {"enabled": False},
-            "reference": {"exact": "true", "cache_dir": cache_dir}}
+    return harness.compose([*QUIET, f"constraint.k={k}", f"p_player={algorithm}",
+                            f"dataset={dataset}", f"budget={budget}", f"seed={seed}",
+                            f"checkpoints={checkpoints}", "reference.exact=true",
+                            f"reference.cache_dir={cache_dir}"])
 
 
 def one_run(dataset: str, algorithm: str, seed: int, budget: int, k: int, checkpoints: int,

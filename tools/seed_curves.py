@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 import harness
+from harness.config import QUIET
 
 
 class Recorder:
@@ -33,17 +34,8 @@ class Recorder:
 
 
 def one_run(dataset: str, seed: int, budget: int, k: int) -> tuple[str, int, dict, dict]:
-    cfg = {
-        "constraint": {"name": "kset", "k": k},
-        "p_player": {"name": "exp4mp"},
-        "w_player": {"name": "ogd"},
-        "model": {"name": "auto"},
-        "dataset": {"name": dataset},
-        "budget": budget,
-        "seed": seed,
-        "checkpoints": 30,
-        "tracking": {"enabled": False},
-    }
+    cfg = harness.compose([*QUIET, f"constraint.k={k}", f"dataset={dataset}",
+                           f"budget={budget}", f"seed={seed}", "checkpoints=30"])
     recorder = Recorder()
     registry = harness.Registry(harness.make_plugin_manager([recorder]))
     prep = harness.prepare(cfg, registry)

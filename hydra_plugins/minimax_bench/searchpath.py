@@ -1,7 +1,7 @@
 """Hydra finds the configs that plugin packages ship.
 
 A package in the entry-point group ``minimax_bench`` may keep a ``conf/``
-folder beside its plugin module (one sub-folder per config group:
+folder inside it (beside the plugin module) (one sub-folder per config group:
 ``p_player/``, ``dataset/``, ...); it is appended to Hydra's search path, so
 ``p_player=<its option>`` works like a built-in option. The module is located,
 not imported. ``MINIMAX_BENCH_DISABLE_PLUGIN_AUTOLOAD`` turns this off too.
@@ -30,7 +30,10 @@ def plugin_config_dirs() -> list[Path]:
             continue
         if spec is None or spec.origin is None:
             continue
-        conf = Path(spec.origin).parent / "conf"  # beside the module or package
+        # a top-level single module lies in site-packages, whose conf/ is not its own
+        if spec.submodule_search_locations is None and "." not in ep.module:
+            continue
+        conf = Path(spec.origin).parent / "conf"  # inside the module's package
         if conf.is_dir() and conf not in dirs:
             dirs.append(conf)
     return dirs

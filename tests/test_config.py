@@ -1,0 +1,201 @@
+"""One source of defaults: ``harness.compose`` builds the CLI's config, options
+are generated from the ``Param`` tables, the shipped YAML agrees with them,
+and an unknown option is one line."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+import harness
+from harness import Param, Proposal
+from harness.api import GAME_PARAMS, RUN_SWITCHES
+from harness.config import GROUPS, SET_BY_HARNESS, compose, config_dir
+from harness.registry import default_registry
+
+CONFIG_YAML = Path(config_dir()) / "config.yaml"
+
+
+def _is_interpolation(value) -> bool:
+    return isinstance(value, str) and value.startswith("${")
+
+
+def _plugin_table(kind_or_block: str) -> dict[str, Param]:
+    """The Param table that owns a top-level block of config.yaml."""
+    registry = default_registry()
+    for _, plugin in registry.pm.list_name_plugin():
+        table = getattr(plugin, "PARAMS", None)
+        owner = getattr(plugin, "__name__", "")
+        if isinstance(table, dict) and owner.endswith(
+                {"tracking": "mlflow_tracking", "reference": "reference"}[kind_or_block]):
+            return table
+    raise LookupError(kind_or_block)
+
+
+def _cases() -> list[tuple[str, str]]:
+    registry = default_registry()
+    return [(group, name) for group, kind in GROUPS.items() for name in registry.names(kind)]
+
+
+@pytest.mark.parametrize(("group", "name"), _cases())
+def test_every_option_holds_its_param_defaults(group, name):
+    # the option Hydra composes for group=name (generated, or a YAML on the search
+    # path merged onto it) must hold exactly the class's declared defaults
+    kind = GROUPS[group]
+    cls = default_registry().get(kind, name).cls
+    node = OmegaConf.to_container(compose([f"{group}={name}"])[group], resolve=True)
+    assert node.pop("name") == name
+    expected = {k: spec.default for k, spec in cls.params.items()
+                if k not in SET_BY_HARNESS.get(kind, ())}
+    assert node == expected, (
+        f"the {group} option '{name}' and the Param table of {cls.__qualname__} disagree: "
+        f"config {node} vs Param defaults {expected}")
+
+
+def test_top_level_yaml_defaults_equal_their_param_tables():
+    # every plain (not interpolated) value of conf/config.yaml equals the default of
+    # the Param that validates it; interpolated ones (env-dependent paths) resolve
+    raw = yaml.safe_load(CONFIG_YAML.read_text())
+    tables = {**GAME_PARAMS, **RUN_SWITCHES}
+    for key, spec in tables.items():
+        assert key in raw, f"conf/config.yaml lacks the top-level key '{key}'"
+        if not _is_interpolation(raw[key]):
+            assert raw[key] == spec.default, (key, raw[key], spec.default)
+    for block in ("tracking", "reference"):
+        table = _plugin_table(block)
+        assert set(raw[block]) == set(table), (block, sorted(raw[block]), sorted(table))
+        for key, value in raw[block].items():
+            if _is_interpolation(value):
+                continue
+            default = table[key].default
+            if isinstance(value, bool) and table[key].type is str:  # exact: true/false
+                value = "true" if value else "false"
+            assert value == default or (isinstance(value, float) and math.isclose(
+                value, default)), f"{block}.{key}: YAML {value!r} vs Param default {default!r}"
+    composed = OmegaConf.to_container(compose([]), resolve=True)
+    assert composed["state_dir"] and composed["tracking"]["uri"]
+
+
+def test_model_auto_carries_every_model_parameter():
+    # model=auto picks the data set's model; its YAML may only hold parameters
+    # every model shares, at their common default
+    raw = yaml.safe_load((Path(config_dir()) / "model" / "auto.yaml").read_text())
+    registry = default_registry()
+    for name in registry.names("model"):
+        table = registry.get("model", name).cls.params
+        for key, value in raw.items():
+            if key != "name":
+                assert key in table and table[key].default == value, (name, key)
+
+
+def test_compose_equals_what_the_cli_composes(run_cli, tmp_path):
+    # same overrides, same seed: the API on harness.compose and the CLI give
+    # identical final metrics (timings aside), read back from the CLI's MLflow run
+    overrides = ["dataset=boston", "budget=20000", "checkpoints=4", "seed=3",
+                 "reference.exact=false", f"state_dir={tmp_path / 'state'}"]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = run_cli(*overrides, f"tracking.uri={uri}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    api = harness.run(compose([*overrides, "tracking.enabled=false"]))
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    (experiment,) = [e for e in client.search_experiments() if e.name == "minimax-bench"]
+    (cli_run,) = client.search_runs([experiment.experiment_id])
+    cli = dict(cli_run.data.metrics)
+    timing = {k for k in api if k.endswith("_s") or "time" in k}
+    assert {k: v for k, v in cli.items() if k not in timing} == {
+        k: v for k, v in api.items() if k not in timing}
+    assert len(cli) > 8 and cli["data_points"] == api["data_points"] == 20000
+
+
+def test_compose_works_inside_a_running_hydra_app(tmp_path):
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(version_base="1.3", config_dir=config_dir()):
+        outer = GlobalHydra.instance().hydra
+        cfg = compose(["p_player=ftrl"])
+        assert GlobalHydra.instance().hydra is outer
+    assert cfg.p_player.name == "ftrl" and cfg.budget == GAME_PARAMS["budget"].default
+
+
+class _Bandit:
+    """A p-player of a plugin that ships no YAML: uniform k rows."""
+
+    name: ClassVar[str] = "config_test_bandit"
+    constraints: ClassVar[tuple[str, ...] | None] = ("kset",)
+    params: ClassVar[dict[str, Param]] = {
+        "eta": Param(float, default=0.25, low=0.0),
+        "mode": Param(str, default="a", choices=("a", "b")),
+    }
+
+    def __init__(self, eta=0.25, mode="a") -> None:
+        self.eta, self.mode = eta, mode
+
+    def rows_per_round(self, constraint) -> int:
+        return constraint.k
+
+    def setup(self, constraint, horizon):
+        self.k_, self.p_ = constraint.k, np.full(constraint.n, 1.0 / constraint.n)
+        return {}
+
+    def propose(self, rng):
+        rows = rng.choice(self.p_.size, self.k_, replace=False)
+        return Proposal(rows, np.full(self.k_, 1.0 / self.k_))
+
+    def observe(self, losses):
+        return None
+
+    @property
+    def p(self):
+        return self.p_
+
+    def regret_bound(self, rounds):
+        return None
+
+
+class _Plugin:
+    @harness.hookimpl
+    def register_p_players(self, register):
+        register(_Bandit)
+
+
+def test_a_plugin_needs_no_yaml_and_may_ship_a_partial_one(tmp_path):
+    registry = harness.Registry(harness.make_plugin_manager([_Plugin()]))
+    cfg = compose(["p_player=config_test_bandit", "p_player.mode=b"], registry=registry)
+    assert OmegaConf.to_container(cfg.p_player) == {
+        "name": "config_test_bandit", "eta": 0.25, "mode": "b"}
+    # a YAML on the search path that sets one value is merged onto the generated option
+    conf = tmp_path / "myconf" / "p_player"
+    conf.mkdir(parents=True)
+    (conf / "config_test_bandit.yaml").write_text("name: config_test_bandit\neta: 0.5\n")
+    cfg = compose([f"hydra.searchpath=[file://{tmp_path / 'myconf'}]",
+                   "p_player=config_test_bandit"], registry=registry)
+    assert OmegaConf.to_container(cfg.p_player) == {
+        "name": "config_test_bandit", "eta": 0.5, "mode": "a"}
+    cfg.budget, cfg.tracking.enabled, cfg.reference.exact = 2000, False, "false"
+    cfg.state_dir = None
+    assert harness.run(cfg, plugins=[_Plugin()])["data_points"] == 2000
+
+
+@pytest.mark.parametrize(("override", "group", "given"), [
+    ("p_player=nope", "p_player option", "nope"),
+    ("dataset=breast_cancer,bostn", "dataset option", "bostn"),
+    ("experiment=paper_cancr", "experiment preset", "paper_cancr"),
+])
+def test_an_unknown_option_is_one_line_and_exit_2(run_cli, override, group, given):
+    done = run_cli(override, "tracking.enabled=false")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"minimax-bench: error: Unknown {group} '{given}'")
+    assert "Available: [" in lines[0]
+    if group == "p_player option":
+        assert "'exp4mp'" in lines[0] and "'ftrl'" in lines[0]
