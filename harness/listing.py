@@ -1,13 +1,15 @@
 """``minimax-bench-plugins``: every registered component by kind, with its
 plugin, source package and parameters with defaults.
 
-    minimax-bench-plugins            # all kinds
-    minimax-bench-plugins p_player   # one kind
+    minimax-bench-plugins                 # all kinds
+    minimax-bench-plugins p_player        # one kind
+    minimax-bench-plugins --markdown      # the same as Markdown tables (docs/components.md)
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Sequence
 from importlib.metadata import packages_distributions
@@ -16,6 +18,10 @@ from harness.params import Param
 from harness.registry import KINDS, Registry, make_plugin_manager
 
 _OWN_MODULES = {"harness": "minimax-bench", "plugins": "minimax-bench"}
+
+#: how docs/components.md is written (the built-ins only)
+MARKDOWN_COMMAND = ("MINIMAX_BENCH_DISABLE_PLUGIN_AUTOLOAD=1 minimax-bench-plugins --markdown "
+                    "> docs/components.md")
 
 
 def package_of(cls: type) -> str:
@@ -55,17 +61,77 @@ def listing(registry: Registry, kinds: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def summary(cls: type) -> str:
+    """The first paragraph of the class docstring, on one line."""
+    doc = inspect.getdoc(cls) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _default_cell(spec: Param) -> str:
+    if spec.default is None:
+        return "`None`" if spec.nullable else "required"
+    return f"`{spec.default!r}`"
+
+
+def markdown(registry: Registry, kinds: Sequence[str]) -> str:
+    """Per kind, a table of its components, then each one's parameter table."""
+    lines = ["# Components", "",
+             "Every registered component by kind: the first paragraph of its docstring,",
+             "then its parameters with their defaults, allowed values and meaning. A",
+             "`None` default is filled in when the run starts (a theory value, a value",
+             "from the data, a default folder: the meaning says which). Generated from",
+             "the parameter tables the config is validated against; refresh with", "",
+             f"    {MARKDOWN_COMMAND}", ""]
+    for kind in kinds:
+        names = registry.names(kind)
+        lines += [f"## {kind}", "", "| name | what it is | parameters |", "|---|---|---|"]
+        for name in names:
+            cls = registry.get(kind, name).cls
+            params = ", ".join(f"`{p}`" for p in cls.params) or "none"
+            lines.append(f"| [`{name}`](#{kind}-{name}) | {_cell(summary(cls))} | {params} |")
+        lines.append("")
+        for name in names:
+            entry = registry.get(kind, name)
+            cls = entry.cls
+            lines += [f"### {kind} `{name}`", "",
+                      _cell(summary(cls)) or "(no docstring)", "",
+                      f"Plugin `{entry.plugin}`, package `{package_of(cls)}`."]
+            fits = getattr(cls, "constraints", None)
+            if kind == "p_player":
+                sets = ", ".join(f"`{s}`" for s in fits) if fits else "any"
+                lines[-1] += f" Constraint sets: {sets}."
+            lines.append("")
+            if not cls.params:
+                lines += ["No parameters.", ""]
+                continue
+            lines += ["| parameter | default | allowed | meaning |", "|---|---|---|---|"]
+            lines += [f"| `{p}` | {_default_cell(spec)} | {_cell(spec.describe({}))} "
+                      f"| {_cell(spec.doc)} |" for p, spec in cls.params.items()]
+            lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="minimax-bench-plugins",
                                      description="List registered minimax-bench components.")
     parser.add_argument("kinds", nargs="*", metavar="KIND",
                         help=f"one or more of {list(KINDS)} (default: all)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print Markdown tables (the format of docs/components.md)")
     args = parser.parse_args(argv)
     unknown = [k for k in args.kinds if k not in KINDS]
     if unknown:
         parser.error(f"unknown kind(s) {unknown}; choose from {list(KINDS)}")
     registry = Registry(make_plugin_manager())
-    print(listing(registry, args.kinds or list(KINDS)))
+    kinds = args.kinds or list(KINDS)
+    if args.markdown:
+        sys.stdout.write(markdown(registry, kinds))
+    else:
+        print(listing(registry, kinds))
     return 0
 
 

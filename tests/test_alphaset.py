@@ -20,16 +20,16 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 import harness
-from plugins.alphaset import (
-    AlphaSet,
-    _multiset_round,
-    alpha_kl_projection,
-    capped_simplex_euclidean_rows,
-    check_caps,
-    multiset_round,
-)
+from plugins.alphaset import AlphaSet, check_caps
 from plugins.kset import KSet
+from plugins.lib.capped import (
+    alpha_kl_projection,
+    capped_simplex_euclidean,
+    multiset_round,
+    multiset_round_core,
+)
 
+from conftest import game_cfg
 from reference_solvers import (
     _wrong_projection_no_renormalisation,
     bisect_euclidean,
@@ -46,6 +46,11 @@ def alphaset(n: int, k: int, caps=None) -> AlphaSet:
 
 def kset(n: int, k: int) -> KSet:
     return harness.build("constraint_set", "kset", n=n, k=k)
+
+
+def units(A: AlphaSet) -> np.ndarray:
+    """The caps ``k alpha_i`` of ``A``, from its public ``row_caps()``."""
+    return np.rint(A.row_caps() * A.k).astype(np.int64)
 
 
 def random_caps(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -222,7 +227,7 @@ def test_uniform_caps_oracle_and_sampler_are_the_ksets(seed):
     rng = np.random.default_rng(seed)
     n, k = 50, 7
     K, A = kset(n, k), alphaset(n, k)
-    assert A.is_kset
+    np.testing.assert_array_equal(A.row_caps(), K.row_caps())
     for _ in range(20):
         losses = rng.normal(size=n)
         vk, pk = K.lmo(losses)
@@ -232,17 +237,15 @@ def test_uniform_caps_oracle_and_sampler_are_the_ksets(seed):
     rk, ra = np.random.default_rng(seed), np.random.default_rng(seed)
     for _ in range(300):
         rows, mult = A.sample(p, ra)
-        assert np.array_equal(rows, K.sample(p, rk)) and np.all(mult == 1)
+        assert np.array_equal(rows, K.sample(p, rk).rows) and np.all(mult == 1)
 
 
 def _game(constraint: dict, p_player: str = "exp4mp", budget: int = 20000, dataset=None,
           seed: int = 0, checkpoints: int = 5):
-    return harness.prepare({
-        "constraint": constraint, "p_player": {"name": p_player}, "w_player": {"name": "ogd"},
-        "model": {"name": "auto"}, "dataset": dataset or {"name": "breast_cancer"},
-        "budget": budget, "seed": seed, "checkpoints": checkpoints,
-        "tracking": {"enabled": False},
-    })
+    return harness.prepare(game_cfg(
+        constraint=constraint, p_player={"name": p_player},
+        dataset=dataset or {"name": "breast_cancer"},
+        budget=budget, seed=seed, checkpoints=checkpoints))
 
 
 def test_uniform_caps_exp4mp_game_is_the_kset_game():
@@ -252,7 +255,7 @@ def test_uniform_caps_exp4mp_game_is_the_kset_game():
     b = harness.play(_game({"name": "alphaset", "k": 5}))
     assert set(a) == set(b)
     for key in a:
-        if key != "wall_time_s":
+        if key not in harness.game.TIMING_METRICS:
             assert b[key] == pytest.approx(a[key], rel=1e-12, abs=1e-12), key
 
 
@@ -350,14 +353,14 @@ def python_multiset(kp, caps, k, rng, *, invert_coin=False):
 def test_multiset_sampler_every_draw_is_a_multiset_of_size_k_under_the_caps(n, k, gamma, seed):
     A, p = sampler_p(n, k, gamma, seed)
     kp = k * p
-    assert np.any(kp >= A.caps_ - EPS) and np.any((kp > 1 + EPS) & (kp < A.caps_ - EPS))
+    assert np.any(kp >= units(A) - EPS) and np.any((kp > 1 + EPS) & (kp < units(A) - EPS))
     rng = np.random.default_rng(SEED)
     lo, hi = np.floor(kp + EPS), np.ceil(kp - EPS)
     for _ in range(3000):
         rows, mult = A.sample(p, rng)
         assert mult.sum() == k
         assert np.all(np.diff(rows) > 0) and np.all(mult >= 1)
-        assert np.all(mult <= A.caps_[rows])
+        assert np.all(mult <= units(A)[rows])
         m = np.zeros(n, dtype=np.int64)
         m[rows] = mult
         assert np.all((m == lo) | (m == hi))
@@ -378,7 +381,7 @@ def test_mean_check_rejects_the_inverted_coin(n, k, gamma, seed):
     A, p = sampler_p(n, k, gamma, seed)
 
     def wrong(p, rng):
-        return python_multiset(k * p, A.caps_, k, rng, invert_coin=True)
+        return python_multiset(k * p, units(A), k, rng, invert_coin=True)
 
     s = multiplicity_stats(draws_matrix(wrong, p, n, N_DRAWS, np.random.default_rng(SEED)), p, k)
     assert s["pvalue"] < P_THRESHOLD, s
@@ -393,7 +396,7 @@ def test_law_check_rejects_sampling_with_replacement_from_p():
     broken = 0
     for _ in range(200):
         m = rng.multinomial(k, p / p.sum())
-        broken += bool(np.any(m > A.caps_) or np.any(m > np.ceil(kp - EPS)))
+        broken += bool(np.any(m > units(A)) or np.any(m > np.ceil(kp - EPS)))
     assert broken > 100
 
 
@@ -407,7 +410,7 @@ def test_compiled_sampler_matches_python_reference_draw_for_draw():
             rows, mult = A.sample(p, rng)
             rng2 = np.random.default_rng()
             rng2.bit_generator.state = state
-            rows2, mult2 = python_multiset(A.k * p, A.caps_, A.k, rng2)
+            rows2, mult2 = python_multiset(A.k * p, units(A), A.k, rng2)
             assert np.array_equal(rows, rows2) and np.array_equal(mult, mult2)
 
 
@@ -417,7 +420,7 @@ def test_sampler_refuses_p_outside_the_alphaset():
         A.sample(np.full(10, 0.05), np.random.default_rng(0))  # sums to 0.5
     with pytest.raises(ValueError, match="sum to k=4"):
         multiset_round(np.full(10, 0.6), np.full(10, 2), 4, np.random.default_rng(0))
-    rows, mult, r = _multiset_round(np.full(4, 1.0), np.full(4, 1), np.zeros(4), 4)
+    rows, mult, r = multiset_round_core(np.full(4, 1.0), np.full(4, 1), np.zeros(4), 4)
     assert r == 0 and np.array_equal(rows, np.arange(4)) and np.all(mult == 1)
 
 
@@ -449,7 +452,7 @@ def test_euclidean_projection_matches_convex_solver(seed):
         k = int(rng.integers(1, n + 1))
         caps = random_caps(rng, n, k)
         v = rng.normal(size=n) * rng.choice([0.01, 0.3, 3.0])
-        q = capped_simplex_euclidean_rows(v, caps / k)
+        q = capped_simplex_euclidean(v, caps / k)
         assert alphaset(n, k, caps).contains(q, atol=1e-12)
         np.testing.assert_allclose(q, slsqp_euclidean(v, caps / k), rtol=0, atol=1e-7)
 
@@ -551,19 +554,19 @@ def test_caps_by_group_column_rows_and_file_agree(tmp_path):
     rule = {"by_group": {"column": "g", "values": {"a": 2, "b": 3}, "default": 1}}
     A = harness.build("constraint_set", "alphaset", n=6, k=3, caps=rule)
     info = A.bind(GroupTable())
-    np.testing.assert_array_equal(A.caps_, want)
+    np.testing.assert_array_equal(units(A), want)
     assert info == {"sum_alpha": 13 / 3, "max_k_alpha": 3, "rows_k_alpha_above_1": 5}
     C = harness.build("constraint_set", "alphaset", n=6, k=3, caps={"column": "prior"})
     C.bind(GroupTable())
-    np.testing.assert_array_equal(C.caps_, [1, 2, 3, 1, 1, 2])
+    np.testing.assert_array_equal(units(C), [1, 2, 3, 1, 1, 2])
     np.save(tmp_path / "caps.npy", want)
     (tmp_path / "caps.txt").write_text("# k alpha_i\n" + "\n".join(map(str, want)) + "\n")
     for name in ("caps.npy", "caps.txt"):
         F = harness.build("constraint_set", "alphaset", n=6, k=3,
                           caps={"file": str(tmp_path / name)})
-        np.testing.assert_array_equal(F.caps_, want)
+        np.testing.assert_array_equal(units(F), want)
     R = harness.build("constraint_set", "alphaset", n=6, k=3, caps={"rows": want.tolist()})
-    np.testing.assert_array_equal(R.caps_, want)
+    np.testing.assert_array_equal(units(R), want)
 
 
 @pytest.mark.parametrize(("caps", "message"), [
@@ -659,8 +662,8 @@ def test_p_player_games_stay_in_the_alphaset_and_count_distinct_rows(p_player):
     pp.propose, pp.observe = checked_propose, checked_observe
     metrics = harness.play(prep)
     assert metrics["data_points"] == sum(rows_seen)
-    game = prep.context.state["game"]
-    assert K.contains(game.state.a_sum / game.state.rounds, atol=1e-9)
+    state = prep.game.state
+    assert K.contains(state.a_sum / prep.context.parts.rounds, atol=1e-9)
 
 
 @pytest.mark.parametrize(("p_player", "params"), [
@@ -751,10 +754,8 @@ def test_exp4mp_dual_gap_decreases_on_the_alphaset():
     # four checkpoints decrease and the last is below 0.7 times the peak
     # (measured 0.037, i.e. 0.54 times).
     spy = GapSpy()
-    cfg = {"constraint": {"name": "alphaset", "k": 10, "caps": GROUP_CAPS},
-           "p_player": {"name": "exp4mp"}, "w_player": {"name": "ogd"},
-           "model": {"name": "auto"}, "dataset": GROUPS, "budget": 500000, "seed": 0,
-           "checkpoints": 10, "tracking": {"enabled": False}}
+    cfg = game_cfg(constraint={"name": "alphaset", "k": 10, "caps": GROUP_CAPS},
+                   dataset=GROUPS, budget=500000, checkpoints=10)
     harness.run(cfg, plugins=[spy])
     gaps = spy.gaps
     assert all(a > b for a, b in zip(gaps[-4:], gaps[-3:], strict=False)), gaps
@@ -790,7 +791,7 @@ def test_synthetic_groups_is_reproducible_and_scaled():
 def test_configs_compose_and_build(overrides):
     from hydra import compose, initialize_config_dir
 
-    from harness.cli import config_dir
+    from harness.config import config_dir
 
     with initialize_config_dir(version_base="1.3", config_dir=config_dir()):
         cfg = compose("config", overrides=[*overrides, "budget=4000", "tracking.enabled=false"])

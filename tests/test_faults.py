@@ -21,11 +21,14 @@ import pytest
 
 import harness
 from harness import Param
+from harness.game import TIMING_METRICS
 from harness.registry import Registry
 from plugins import mlflow_tracking
 from plugins.exp4mp import Exp4MP
 from plugins.models import LogisticCEL
 from plugins.ogd import OGD
+
+from conftest import game_cfg
 
 # ---------------------------------------------------------------- fixtures
 
@@ -137,14 +140,12 @@ def _registry(*extra) -> Registry:
 
 
 def _cfg(tmp_path: Path, **changes) -> dict:
-    cfg = {"constraint": {"name": "kset", "k": 5}, "p_player": {"name": "flaky"},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-           "dataset": {"name": "breast_cancer"}, "budget": 20_000, "seed": 3,
-           "checkpoints": 8, "resume": True, "state_dir": str(tmp_path / "state"),
-           "tracking": {"enabled": True, "uri": f"sqlite:///{tmp_path}/mlflow.db",
-                        "experiment": "faults"}}
-    cfg.update(changes)
-    return cfg
+    return game_cfg("budget=20000", "seed=3", "checkpoints=8", "resume=true",
+                    f"state_dir={tmp_path / 'state'}", "tracking.enabled=true",
+                    f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "tracking.experiment=faults",
+                    registry=_registry(),
+                    **{"p_player": {"name": "flaky"}, "constraint": {"name": "kset", "k": 5},
+                       **changes})
 
 
 def _client(uri: str):
@@ -155,6 +156,11 @@ def _client(uri: str):
 
 def _steps(client, run_id: str, key: str = "dual_gap") -> list[int]:
     return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+def untimed(metrics) -> dict:
+    """The metrics of the game, without those that measure time."""
+    return {k: v for k, v in metrics.items() if k not in TIMING_METRICS}
 
 
 # ---------------------------------------------------------------- interruptions
@@ -168,7 +174,7 @@ def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
     Flaky.calls, Flaky.fail_at = 0, None
     reference = harness.run(_cfg(tmp_path, resume=False, tracking={"enabled": False}),
                             plugins=[Faulty()])
-    reference.pop("wall_time_s")
+    reference = untimed(reference)
     rng = np.random.default_rng(7)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     for i, at in enumerate(rng.integers(1, 4000, size=20)):
@@ -184,8 +190,7 @@ def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
         kept = _steps(client, run.info.run_id)
         Flaky.fail_at = None
         final = harness.run(cfg, plugins=[Faulty()])
-        final.pop("wall_time_s")
-        assert final == reference, f"interrupted at round {at}"
+        assert untimed(final) == reference, f"interrupted at round {at}"
         (run,) = client.search_runs([exp.experiment_id])
         steps = _steps(client, run.info.run_id)
         assert run.info.status == "FINISHED"
@@ -217,19 +222,14 @@ def test_every_p_player_resumes_to_identical_numbers(tmp_path, p_player, constra
             if StopAt5.count == 5:
                 raise KeyboardInterrupt("stop after checkpoint 5")
 
-    k = 1 if constraint == "simplex" else 5
-    base = _cfg(tmp_path, p_player={"name": p_player}, constraint={"name": constraint, "k": k},
-                budget=6000, tracking={"enabled": False})
-    if constraint == "simplex":
-        base["constraint"] = {"name": "simplex"}
+    base = _cfg(tmp_path, p_player={"name": p_player}, budget=6000, tracking={"enabled": False},
+                constraint={"name": constraint} | ({} if constraint == "simplex" else {"k": 5}))
     reference = harness.run({**base, "resume": False})
     with pytest.raises(KeyboardInterrupt):
         harness.run(base, plugins=[StopAt5()])
     assert list((tmp_path / "state").glob("state-*.pkl"))
     final = harness.run(base)
-    final.pop("wall_time_s")
-    reference.pop("wall_time_s")
-    assert final == reference
+    assert untimed(final) == untimed(reference)
 
 
 def test_sigterm_ends_the_cli_run_killed_and_resume_finishes_it(tmp_path):
@@ -290,8 +290,7 @@ def test_killed_between_logging_and_saving_logs_each_checkpoint_once(tmp_path, m
     (run,) = client.search_runs([client.get_experiment_by_name("faults").experiment_id])
     assert len(_steps(client, run.info.run_id)) == 4
     final = harness.run(cfg, plugins=[Faulty()])
-    assert {k: v for k, v in final.items() if k != "wall_time_s"} == {
-        k: v for k, v in reference.items() if k != "wall_time_s"}
+    assert untimed(final) == untimed(reference)
     steps = _steps(client, run.info.run_id)
     assert len(steps) == len(set(steps)) and steps == sorted(steps) and steps[-1] == 20_000
 
@@ -334,9 +333,7 @@ def test_sigkill_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
                    timeout=600)
     (ref,) = client.search_runs([client.get_experiment_by_name("uninterrupted").experiment_id])
     want, got = ref.data.metrics, client.get_run(run.info.run_id).data.metrics
-    want.pop("wall_time_s", None)
-    got.pop("wall_time_s", None)
-    assert got == want and len(want) > 5
+    assert untimed(got) == untimed(want) and len(want) > 5
 
 
 def test_a_signal_before_the_first_round_interrupts_at_once(tmp_path):
@@ -473,7 +470,7 @@ def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path):
         @harness.hookimpl(trylast=True)
         def on_checkpoint(self, context, step, metrics):
             Outage.count += 1
-            if Outage.count in (3, len(context.state["game"].checkpoints)):
+            if Outage.count in (3, len(context.parts.checkpoints)):
                 server.stop()
                 events.append(f"down after checkpoint {Outage.count}")
             elif Outage.count == 6:
@@ -542,9 +539,7 @@ def test_resume_sends_what_the_interrupted_run_buffered(tmp_path):
         history = client.get_metric_history(run.info.run_id, "dual_gap")
     finally:
         server.stop()
-    final.pop("wall_time_s")
-    reference.pop("wall_time_s")
-    assert final == reference and run.info.status == "FINISHED"
+    assert untimed(final) == untimed(reference) and run.info.status == "FINISHED"
     steps = sorted(m.step for m in history)
     assert len(steps) == len(set(steps)) == len(_checkpoint_rounds(cfg)) and steps[-1] == 20_000
     assert not pending.exists()

@@ -13,6 +13,8 @@ from plugins.exp4mp import Exp4MP
 from plugins.kset import KSet
 from plugins.ogd import OGD
 
+from conftest import game_cfg
+
 
 def _player(n: int, k: int, T: int, **params) -> tuple[Exp4MP, KSet]:
     K = harness.build("constraint_set", "kset", n=n, k=k)
@@ -123,24 +125,18 @@ def test_checkpoints_are_log_spaced_with_decades_and_the_last_round():
 
 
 def test_game_counts_data_points_and_a_bar_is_in_kset(tmp_path):
-    cfg = {"constraint": {"name": "kset", "k": 7}, "p_player": {"name": "exp4mp"},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-           "dataset": {"name": "boston"}, "budget": 7 * 3000 + 5, "seed": 2,
-           "checkpoints": 4, "tracking": {"enabled": False}}
+    cfg = game_cfg("constraint.k=7", "dataset=boston", f"budget={7 * 3000 + 5}", "seed=2",
+                   "checkpoints=4")
     prep = harness.prepare(cfg)
     assert prep.horizon == 3000
     metrics = harness.play(prep)
-    game = prep.context.state["game"]
-    assert metrics["data_points"] == 7 * 3000 == game.state.data_points
-    assert metrics["rounds"] == 3000
-    assert prep.parts.constraint.contains(game.state.a_sum / 3000, atol=1e-9)
+    assert metrics["data_points"] == 7 * 3000 == prep.context.parts.data_points
+    assert metrics["rounds"] == 3000 == prep.context.parts.rounds
+    assert prep.parts.constraint.contains(prep.game.state.a_sum / 3000, atol=1e-9)
 
 
 def test_theory_bound_is_theorem_4_1():
-    cfg = {"constraint": {"name": "kset", "k": 20}, "p_player": {"name": "exp4mp"},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-           "dataset": {"name": "breast_cancer"}, "budget": 20 * 2000, "seed": 0,
-           "checkpoints": 2, "tracking": {"enabled": False}}
+    cfg = game_cfg(f"budget={20 * 2000}", "checkpoints=2")
     prep = harness.prepare(cfg)
     metrics = harness.play(prep)
     n, k, T, d = 569, 20, 2000, 0.05

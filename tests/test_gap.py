@@ -18,6 +18,8 @@ from scipy import optimize
 import harness
 from harness.gap import ball_lower_bound, certified_min, project_ball
 
+from conftest import game_cfg
+
 try:  # SLSQP's tiny dense solves run much slower with multi-threaded BLAS on a busy machine
     from threadpoolctl import threadpool_limits
 except ImportError:  # pragma: no cover - optional
@@ -165,20 +167,17 @@ GAP_CLOSE = 2e-6
 
 @pytest.mark.parametrize("dataset", ["boston", "breast_cancer"])
 def test_reported_dual_gap_matches_independent_recomputation(dataset):
-    cfg = {"constraint": {"name": "kset", "k": 5}, "p_player": {"name": "exp4mp"},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-           "dataset": {"name": dataset}, "budget": 20000, "seed": 3, "checkpoints": 5,
-           "tracking": {"enabled": False}}
+    cfg = game_cfg("constraint.k=5", f"dataset={dataset}", "budget=20000", "seed=3",
+                   "checkpoints=5")
     prep = harness.prepare(cfg)
     metrics = harness.play(prep)
 
-    game = prep.context.state["game"]
-    parts = prep.parts
+    parts = prep.context.parts
     model, X, y = parts.model, parts.dataset.X, parts.dataset.y
     k, radius = parts.constraint.k, parts.w_player.radius
-    assert game.state.rounds == prep.horizon == 4000
+    assert parts.rounds == parts.horizon == prep.horizon == 4000
     w_bar = parts.w_player.w_bar
-    a_bar = game.state.a_sum / game.state.rounds
+    a_bar = prep.game.state.a_sum / parts.rounds
     assert a_bar.sum() == pytest.approx(1.0, abs=1e-12)
 
     # max term: average of the k largest scaled losses (numpy sort, not the lmo)

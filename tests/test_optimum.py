@@ -1,4 +1,4 @@
-"""The exact optimum OPT (plugins/optimum.py) and its reference plugin
+"""The exact optimum OPT (plugins/lib/optimum.py) and its reference plugin
 (plugins/reference.py): OPT against a second solver and a brute force, its
 certificate, the cache, the suboptimality metrics, and every way OPT can be
 unavailable.
@@ -18,8 +18,11 @@ from scipy import optimize
 import harness
 from harness import Param
 from harness.gap import project_ball
-from plugins import optimum, reference
-from plugins.kset import capped_simplex_euclidean
+from plugins import reference
+from plugins.lib import optimum
+from plugins.lib.capped import capped_simplex_euclidean
+
+from conftest import game_cfg
 
 pytest.importorskip("cvxpy")
 
@@ -36,13 +39,12 @@ class Recorder:
 
 
 def _cfg(tmp_path, p_player="ru_sgd", dataset="breast_cancer", k=20, budget=20_000,
-         **reference_conf):
-    return {"constraint": {"name": "kset", "k": k}, "p_player": {"name": p_player},
-            "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-            "dataset": {"name": dataset}, "budget": budget, "seed": 0, "checkpoints": 8,
-            "tracking": {"enabled": False},
-            "reference": {"exact": "auto", "cache_dir": str(tmp_path / "cache"),
-                          **reference_conf}}
+         registry=None, **reference_conf):
+    cfg = game_cfg(f"constraint.k={k}", f"p_player={p_player}", f"dataset={dataset}",
+                   f"budget={budget}", "checkpoints=8", "reference.exact=auto",
+                   f"reference.cache_dir={tmp_path / 'cache'}", registry=registry)
+    cfg["reference"].update(reference_conf)
+    return cfg
 
 
 def _play(cfg):
@@ -170,14 +172,39 @@ SECOND_SOLVER_RTOL = 2e-5
 
 def test_certificate_rejects_a_wrong_point():
     # a far-from-optimal w (zero) with a uniform p: the interval is wide, and
-    # solve() refuses an answer whose interval is wider than rtol
+    # solve() refuses an answer whose interval is wider than rtol |upper| + atol
     ds, model = _tiny("linear_mse", 14, 2, 1.0, seed=4)
     caps = np.full(14, 1.0 / 3)
     upper, lower = optimum.certify(ds.X, ds.y, model, caps, 1.0, np.zeros(2 + 1),
                                    np.full(14, 1.0 / 14))
     assert upper - lower > 1e-3
     with pytest.raises(optimum.OptimumUnavailable, match="CLARABEL"):
-        optimum.solve(ds.X, ds.y, model, caps, 1.0, ("CLARABEL",), rtol=1e-30)
+        optimum.solve(ds.X, ds.y, model, caps, 1.0, ("CLARABEL",), rtol=1e-30, atol=0.0)
+
+
+def test_opt_near_zero_is_certified_by_the_absolute_tolerance(tmp_path):
+    # the reference plugin in a game: Boston's linear model in the ball of
+    # radius B = 10, k = 20, default rtol 1e-5 and atol 1e-8. OPT is about
+    # 9.4e-5 and the certified interval about 2e-9 wide (measured: 2.1e-9 with
+    # Clarabel, 20 times rtol * OPT, which alone refused it): certified now
+    cfg = _cfg(tmp_path, dataset="boston", budget=2000)
+    cfg["w_player"] = {"name": "ogd", "radius": 10.0}
+    params, _ = _play(cfg)
+    assert params["opt_status"] == "solved", params["opt_message"]
+    assert params["opt"] == pytest.approx(9.3857e-5, abs=1e-8)
+    width = params["opt"] - params["opt_lower"]
+    assert 1e-5 * params["opt"] < width <= 1e-5 * params["opt"] + 1e-8
+
+
+def test_a_wide_interval_is_still_refused_with_the_absolute_tolerance():
+    # the same problem with atol = 1e-10: every Clarabel attempt is refused and
+    # the message states both tolerances
+    ds = harness.build("dataset", "boston")
+    model = harness.build("model", ds.default_model)
+    model.setup(ds, 10.0)
+    caps = np.full(ds.X.shape[0], 1.0 / 20)
+    with pytest.raises(optimum.OptimumUnavailable, match=r"rtol=1e-05 x \|upper\| \+ atol=1e-10"):
+        optimum.solve(ds.X, ds.y, model, caps, 10.0, ("CLARABEL",), atol=1e-10)
 
 
 def test_a_failed_or_uncertified_attempt_falls_through_to_the_next(monkeypatch):
@@ -270,8 +297,9 @@ def test_suboptimality_is_never_negative_beyond_the_certificate_at_a_known_optim
     # there is 0 up to the solver's certified width (measured: 4e-9), and an
     # OPT placed even 1e-8 too high would make it negative beyond tolerance.
     recorder = Recorder()
-    cfg = _cfg(tmp_path, p_player, dataset="paired_labels", k=4, budget=20_000)
     registry = harness.Registry(harness.make_plugin_manager([PairedLabelsPlugin(), recorder]))
+    cfg = _cfg(tmp_path, p_player, dataset="paired_labels", k=4, budget=20_000,
+               registry=registry)
     prep = harness.prepare(cfg, registry)
     harness.play(prep)
     params = prep.context.params

@@ -10,6 +10,8 @@ import pytest
 
 import harness
 
+from conftest import game_cfg
+
 
 def _player(name: str, n: int, k: int, horizon: int, **params):
     K = harness.build("constraint_set", "kset", n=n, k=k)
@@ -68,10 +70,7 @@ def test_tau_settles_where_the_ru_objective_is_minimal():
 
 def test_defaults_follow_the_stated_rule():
     # T = budget // b with b = k; tau_lr = sqrt(2/T); OGD's step B sqrt(2/T)
-    cfg = {"constraint": {"name": "kset", "k": 20}, "p_player": {"name": "ru_sgd"},
-           "w_player": {"name": "ogd", "radius": 2.0}, "model": {"name": "auto"},
-           "dataset": {"name": "breast_cancer"}, "budget": 10**7,
-           "tracking": {"enabled": False}}
+    cfg = game_cfg("p_player=ru_sgd", "w_player.radius=2.0", "budget=10000000")
     params = harness.prepare(cfg).context.params
     assert params["horizon_T"] == 500_000 and params["p_player.batch_size"] == 20
     assert params["p_player.tau_lr"] == pytest.approx(math.sqrt(2 / 500_000), rel=1e-15)
@@ -123,11 +122,8 @@ def test_converges_on_breast_cancer(tmp_path, p_player):
         def on_checkpoint(self, context, step, metrics):
             points[int(step)] = dict(metrics)
 
-    cfg = {"constraint": {"name": "kset", "k": 20}, "p_player": {"name": p_player},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-           "dataset": {"name": "breast_cancer"}, "budget": 10**6, "seed": 0, "checkpoints": 6,
-           "tracking": {"enabled": False},
-           "reference": {"exact": "true", "cache_dir": str(tmp_path)}}
+    cfg = game_cfg(f"p_player={p_player}", "budget=1000000", "checkpoints=6",
+                   "reference.exact=true", f"reference.cache_dir={tmp_path}")
     harness.run(cfg, plugins=[Recorder()])
     late = [m["relative_suboptimality"] for step, m in points.items() if step >= 10**4]
     assert len(late) >= 3 and max(late) < 0.025
@@ -139,7 +135,7 @@ def test_practitioner_presets_compose_and_prepare(preset, dataset):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from harness.cli import config_dir
+    from harness.config import config_dir
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose("config", overrides=[f"experiment={preset}"], return_hydra_config=True)

@@ -22,13 +22,16 @@ SUITE = Path(__file__).with_name("test_contract.py")
 
 
 class NoLPForm(KSet):
-    """The k-set under another name and without ``row_caps``: its LP form is unknown."""
+    """The k-set under another name whose ``row_caps()`` is None: its LP form is unknown."""
 
     name: ClassVar[str] = "contract_no_lp_form"
     params: ClassVar[dict[str, Param]] = {"n": Param(int, low=1), "k": Param(int, default=3)}
 
     def __init__(self, n: int, k: int = 3) -> None:
         super().__init__(n, k)
+
+    def row_caps(self) -> None:
+        return None
 
 
 class WrongOracle(NoLPForm):
@@ -69,7 +72,7 @@ class Follower:
         return self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        self.rows = self.K.sample(self.p_, rng)
+        self.rows = self.K.sample(self.p_, rng).rows
         return Proposal(self.rows, np.full(self.rows.size, 1.0 / self.rows.size))
 
     def observe(self, losses: np.ndarray) -> None:
@@ -81,12 +84,12 @@ class Follower:
 
 
 class Peeker(Follower):
-    """Adds the losses of every row, read through the game the run-start hook hands out."""
+    """Adds the losses of every row, read through the run's view the run-start hook gets."""
 
     name: ClassVar[str] = "contract_peeker"
 
     def observe(self, losses: np.ndarray) -> None:
-        parts = Plugin.game.parts
+        parts = Plugin.run
         self.sums += parts.model.losses(parts.w_player.w, parts.dataset.X, parts.dataset.y)
         self.p_ = self.K.project(self.sums, 0.1, log_domain=True)
 
@@ -97,14 +100,14 @@ class Overdraw(Follower):
     name: ClassVar[str] = "contract_overdraw"
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        rows = self.K.sample(self.p_, rng)
+        rows = self.K.sample(self.p_, rng).rows
         extra = np.setdiff1d(np.arange(self.K.n), rows)[:1]
         self.rows = np.concatenate((rows, extra))
         return Proposal(self.rows, np.full(self.rows.size, 1.0 / self.rows.size))
 
 
 class Plugin:
-    game = None
+    run = None
 
     @harness.hookimpl
     def register_constraint_sets(self, register):
@@ -118,7 +121,7 @@ class Plugin:
 
     @harness.hookimpl
     def on_run_start(self, context):
-        Plugin.game = context.state["game"]
+        Plugin.run = context.parts
 
 
 @pytest.fixture
@@ -151,9 +154,10 @@ def test_every_builtin_oracle_is_compared_with_a_linear_program(name, monkeypatc
 
 def test_the_suite_alphaset_has_caps_of_several_sizes():
     K = contract._constraint("alphaset")
-    assert np.unique(K.caps_).size >= 3 and not K.is_kset and int(K.caps_.sum()) > K.k
+    units = np.rint(K.row_caps() * K.k)  # k alpha_i
+    assert np.unique(units).size >= 3 and units.sum() > K.k
     game = contract._game("exp4mp", "alphaset", seed=5)  # the p-player checks' games
-    np.testing.assert_array_equal(game.parts.constraint.caps_, K.caps_)
+    np.testing.assert_array_equal(game.parts.constraint.row_caps(), K.row_caps())
 
 
 def test_a_wrong_oracle_fails_the_linear_program_check(with_broken_plugins):

@@ -53,7 +53,7 @@ class EpsilonGreedy:
         return self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        self.rows_ = self.constraint_.sample(self.p_, rng)
+        self.rows_ = self.constraint_.sample(self.p_, rng).rows  # a harness.Draw
         return Proposal(self.rows_, self.weights_)
 
     def observe(self, losses: np.ndarray) -> None:
@@ -75,7 +75,8 @@ class TwoMoons:
     params: ClassVar[dict[str, Param]] = {
         "n_samples": Param(int, default=400, low=4, doc="rows"),
         "noise": Param(float, default=0.15, low=0.0, doc="standard deviation of the noise"),
-        "seed": Param(int, default=0, low=0, doc="generator seed"),
+        "seed": Param(int, default=0, low=0,
+                      doc="which sample: the data's identity, not the run's seed"),
     }
 
     def __init__(self, n_samples: int = 400, noise: float = 0.15, seed: int = 0) -> None:

@@ -10,6 +10,8 @@ import pytest
 import harness
 from harness import report
 
+from conftest import game_cfg
+
 pytest.importorskip("cvxpy")
 
 
@@ -20,12 +22,10 @@ def test_report_draws_opt_and_tabulates_suboptimality(tmp_path, tracking_uri):
     import matplotlib.pyplot as plt
 
     for p_player in ("ru_sgd", "uniform"):
-        harness.run({"constraint": {"name": "kset", "k": 20}, "p_player": {"name": p_player},
-                     "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-                     "dataset": {"name": "boston"}, "budget": 4000, "seed": 0,
-                     "checkpoints": 4, "progress": False,
-                     "tracking": {"enabled": True, "uri": tracking_uri, "experiment": "ref"},
-                     "reference": {"exact": "true", "cache_dir": str(tmp_path / "cache")}})
+        harness.run(game_cfg(f"p_player={p_player}", "dataset=boston", "budget=4000",
+                             "checkpoints=4", "tracking.enabled=true",
+                             f"tracking.uri={tracking_uri}", "tracking.experiment=ref",
+                             "reference.exact=true", f"reference.cache_dir={tmp_path / 'cache'}"))
     grouped = report.load(tracking_uri, "ref")
     assert sorted(grouped) == ["ru_sgd", "uniform"]
     opts = report.reference_lines(grouped)

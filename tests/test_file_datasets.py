@@ -21,16 +21,14 @@ from harness import stream
 from plugins import files
 from plugins.datasets import BreastCancer, min_max
 
+from conftest import game_cfg
+
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 
 def cfg_for(dataset: dict, **over) -> dict:
-    cfg = {"constraint": {"name": "kset", "k": 5}, "p_player": {"name": "exp4mp"},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"}, "dataset": dataset,
-           "budget": 20000, "seed": 0, "checkpoints": 5, "tracking": {"enabled": False}}
-    cfg.update(over)
-    return cfg
+    return game_cfg("constraint.k=5", "budget=20000", "checkpoints=5", dataset=dataset, **over)
 
 
 @pytest.fixture
@@ -155,7 +153,7 @@ def test_streamed_checkpoint_equals_in_memory_and_certificate_stays_safe(monkeyp
     # 0.003 above it).
     prep = harness.prepare(cfg_for({"name": "breast_cancer"}, budget=40000))
     harness.play(prep)
-    game = prep.context.state["game"]
+    game = prep.game
     state = game.state
     state.inner_w, state.inner_lipschitz = None, 1.0
     exact = game.evaluate()

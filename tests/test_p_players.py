@@ -11,6 +11,8 @@ import pytest
 import harness
 from harness import Param
 
+from conftest import game_cfg
+
 
 class OutlierRegression:
     """30 rows on a line y = 0.2 + 0.5 x, except row 7 at y = 1 (a clear outlier)."""
@@ -20,7 +22,7 @@ class OutlierRegression:
     task = "regression"
     n_classes = 0
     default_model = "linear_mse"
-    provenance: ClassVar[dict[str, str]] = {"source": "synthetic, tests/test_baselines.py"}
+    provenance: ClassVar[dict[str, str]] = {"source": "synthetic, tests/test_p_players.py"}
     OUTLIER = 7
 
     def __init__(self) -> None:
@@ -54,12 +56,11 @@ CASES = [
 
 
 def _prepare(p_player: str, constraint: str, k: int, budget: int, seed: int = 0):
-    cfg = {"constraint": {"name": constraint} | ({"k": k} if constraint == "kset" else {}),
-           "p_player": {"name": p_player}, "w_player": {"name": "ogd", "radius": 2.0},
-           "model": {"name": "auto"}, "dataset": {"name": "outlier_line"},
-           "budget": budget, "seed": seed, "checkpoints": 3, "tracking": {"enabled": False}}
     registry = harness.Registry(harness.make_plugin_manager([OutlierPlugin()],
                                                             load_entrypoints=False))
+    cfg = game_cfg(f"constraint={constraint}", f"p_player={p_player}", "w_player.radius=2.0",
+                   "dataset=outlier_line", f"budget={budget}", f"seed={seed}", "checkpoints=3",
+                   *([f"constraint.k={k}"] if constraint == "kset" else []), registry=registry)
     return harness.prepare(cfg, registry)
 
 
@@ -87,13 +88,12 @@ def test_p_in_k_every_round_and_data_points_as_declared(p_player, constraint, k)
     assert set(seen) == {declared}
     assert len(seen) == prep.horizon == 3000 // declared
     assert metrics["data_points"] == prep.horizon * declared
-    game = prep.context.state["game"]
-    assert K.contains(game.state.a_sum / game.state.rounds, atol=1e-9)
+    assert K.contains(prep.game.state.a_sum / prep.context.parts.rounds, atol=1e-9)
 
 
 @pytest.mark.parametrize(("p_player", "constraint", "k"),
                          # exp_ix_m: at this budget its complement-loss estimates
-                         # are too noisy (tests/test_tree.py checks it at 3e5)
+                         # are too noisy (tests/test_kset_tree.py checks it at 3e5)
                          [c for c in CASES if c[0] not in ("uniform", "exp_ix_m")])
 def test_a_bar_weights_the_outlier_above_uniform(p_player, constraint, k):
     # seed 0, budget 30000: uniform sampling gives a_bar = 1/n on every row; an
@@ -102,8 +102,7 @@ def test_a_bar_weights_the_outlier_above_uniform(p_player, constraint, k):
     # smallest, up to 3.7/n for safl).
     prep = _prepare(p_player, constraint, k, budget=30000)
     harness.play(prep)
-    game = prep.context.state["game"]
-    a_bar = game.state.a_sum / game.state.rounds
+    a_bar = prep.game.state.a_sum / prep.context.parts.rounds
     n = a_bar.size
     assert a_bar[OutlierRegression.OUTLIER] > 1.1 / n, a_bar[OutlierRegression.OUTLIER] * n
     assert np.argmax(a_bar) == OutlierRegression.OUTLIER
@@ -112,8 +111,8 @@ def test_a_bar_weights_the_outlier_above_uniform(p_player, constraint, k):
 def test_uniform_a_bar_is_uniform():
     prep = _prepare("uniform", "kset", 3, budget=3000)
     harness.play(prep)
-    game = prep.context.state["game"]
-    np.testing.assert_allclose(game.state.a_sum / game.state.rounds, 1 / 30, rtol=1e-12)
+    np.testing.assert_allclose(prep.game.state.a_sum / prep.context.parts.rounds, 1 / 30,
+                               rtol=1e-12)
 
 
 def test_exp_ix_weight_moves_toward_the_highest_loss_row():
@@ -157,10 +156,7 @@ def test_ftrl_and_safl_theory_defaults_for_the_papers_runs():
 @pytest.mark.parametrize(("p_player", "constraint"), [("exp_ix", "kset"), ("exp4mp", "simplex"),
                                                       ("adacvar", "simplex")])
 def test_player_that_does_not_fit_the_set_is_refused_before_any_run(p_player, constraint):
-    cfg = {"constraint": {"name": constraint}, "p_player": {"name": p_player},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-           "dataset": {"name": "breast_cancer"}, "budget": 1000,
-           "tracking": {"enabled": False}}
+    cfg = game_cfg(f"constraint={constraint}", f"p_player={p_player}", "budget=1000")
     with pytest.raises(harness.ConfigError, match=f"The p_player '{p_player}' works on"):
         harness.prepare(cfg)
 

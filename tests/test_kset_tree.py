@@ -1,4 +1,4 @@
-"""The O(k log n) k-set state (plugins/kset_tree.py), the systematic sampler
+"""The O(k log n) k-set state (plugins/lib/kset_tree.py), the systematic sampler
 and the exp_ix_m p-player built on them.
 
 * The tree reproduces the dense reference: the same p_t (relative 1e-10) and
@@ -21,9 +21,12 @@ from scipy import stats
 import harness
 from plugins.exp_ix import Exp3IX
 from plugins.exp_ix_m import ExpIXM
-from plugins.kset import KSet, systematic, systematic_rows
-from plugins.kset_tree import CappedWeightTree
+from plugins.kset import KSet
+from plugins.lib.capped import systematic, systematic_rows
+from plugins.lib.kset_tree import CappedWeightTree
 from plugins.simplex import Simplex
+
+from conftest import game_cfg
 
 N_DRAWS = 20000
 SEED = 12345
@@ -154,11 +157,7 @@ def test_theory_defaults_and_bound():
 
 
 def test_tree_state_with_depround_is_refused():
-    cfg = {"constraint": {"name": "kset", "k": 5}, "p_player": {"name": "exp_ix_m",
-                                                                "state": "tree"},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
-           "dataset": {"name": "breast_cancer"}, "budget": 2000, "seed": 0,
-           "tracking": {"enabled": False}}
+    cfg = game_cfg("constraint.k=5", "p_player=exp_ix_m", "p_player.state=tree", "budget=2000")
     with pytest.raises(harness.ConfigError, match="constraint.sampler=systematic"):
         harness.prepare(cfg)
 
@@ -197,7 +196,7 @@ def test_systematic_sampler_marginals_are_k_p(n, k, seed):
     p = capped_p(n, k, seed)
     K = KSet(n, k, sampler="systematic")
     rng = np.random.default_rng(SEED)
-    draws = [K.sample(p, rng) for _ in range(N_DRAWS)]
+    draws = [K.sample(p, rng).rows for _ in range(N_DRAWS)]
     assert marginal_pvalue(draws, p, k) >= P_THRESHOLD
 
 
@@ -236,16 +235,15 @@ def test_systematic_refuses_p_outside_the_kset():
 
 
 def test_exp_ix_m_weights_the_outlier_of_a_line_above_uniform():
-    # tests/test_baselines.py's 30-row line with one outlier (row 7), k = 3,
+    # tests/test_p_players.py's 30-row line with one outlier (row 7), k = 3,
     # seed 0, 3e5 data points: a_bar on the outlier above 1.5/n and the largest
     # (measured 2.6/n, next row 1.4/n). The scaled losses are below 0.07, so the
     # complement estimates (1 - L) / (k p + gamma) carry a small signal in a
     # large value: it takes more rounds than EXP4.MP's gain estimates to show.
-    from test_baselines import OutlierRegression, _prepare
+    from test_p_players import OutlierRegression, _prepare
 
     prep = _prepare("exp_ix_m", "kset", 3, budget=300_000, seed=0)
     harness.play(prep)
-    game = prep.context.state["game"]
-    a_bar = game.state.a_sum / game.state.rounds
+    a_bar = prep.game.state.a_sum / prep.context.parts.rounds
     assert a_bar[OutlierRegression.OUTLIER] > 1.5 / a_bar.size
     assert np.argmax(a_bar) == OutlierRegression.OUTLIER
