@@ -39,6 +39,7 @@ from scipy.optimize import linprog
 import harness
 from harness import Param, stream
 from harness.game import TIMING_METRICS
+from harness.protocols import refusal
 from harness.registry import KINDS
 
 N_ROWS = 24
@@ -329,9 +330,9 @@ def _player_cases() -> list[Any]:
     cases: list[Any] = []
     players = _selected("p_player")
     for name in players:
-        fits = REGISTRY.get("p_player", name).cls.constraints
+        player = REGISTRY.get("p_player", name).cls
         for c_name in REGISTRY.names("constraint_set"):
-            if fits is None or c_name in fits:
+            if refusal(player, _constraint(c_name), c_name) is None:
                 cases.append((name, c_name))
     if players and not cases:
         return _none_to_check(f"a p-player fitting a registered constraint set (p-players "

@@ -258,8 +258,19 @@ def _first_bad(w: np.ndarray) -> str:
 
 
 def theory_bound(pp: PPlayer, wp: WPlayer, rounds: int) -> float | None:
-    """Theorem 4.1's gap bound for a run of ``rounds`` rounds:
-    ``(R_w(T) + R_p(T)) / T`` from the players' regret bounds (Theorem D.1)."""
+    """The gap bound of the game's theorem (paper, ``thm:general``, Appendix C)
+    for the run so far: ``(R_p(t) + R_w(t)) / t`` at ``t = rounds``.
+
+    ``R_p(t)`` and ``R_w(t)`` are the players' ``regret_bound(t)``: bounds on
+    the regret of the first t rounds with the step sizes the run actually
+    uses, in the units of the game (``<L, a>``, losses in [0, 1], ``a`` in K),
+    so the value bounds the certified ``dual_gap`` logged at the same
+    checkpoint, with the probability the p-player's docstring states (at
+    least ``1 - delta`` for the bandits, 1 for full information); the
+    w-player's bound is deterministic. None, and no ``theory_bound`` is logged,
+    if either player has no such bound for the run (e.g. S-AFL, whose
+    guarantee holds in expectation only; a third-party player returning None).
+    """
     rp, rw = pp.regret_bound(rounds), wp.regret_bound(rounds)
     if rp is None or rw is None or rounds <= 0:
         return None

@@ -33,6 +33,18 @@ def package_of(cls: type) -> str:
     return ", ".join(sorted(set(names))) if names else "?"
 
 
+def sets_text(player: type, markdown: bool = False) -> str:
+    """The sets a p-player plays on: its ``constraints`` names, and what its
+    ``supports`` asks of a set (the first line of its docstring)."""
+    names = getattr(player, "constraints", None)
+    supports = getattr(player, "supports", None)
+    need = (supports.__doc__ or "").strip().splitlines()[0].rstrip(".") if supports else ""
+    if names:
+        text = ", ".join(f"`{s}`" if markdown else s for s in names)
+        return text + (f" ({need})" if need else "") + ("." if markdown else "")
+    return (need or "any") + ("." if markdown else "")
+
+
 def describe_param(name: str, spec: Param) -> str:
     if spec.default is None and spec.nullable:
         default = "None (derived)"
@@ -51,9 +63,8 @@ def listing(registry: Registry, kinds: Sequence[str]) -> str:
         for name in registry.names(kind):
             entry = registry.get(kind, name)
             extra = ""
-            fits = getattr(entry.cls, "constraints", None)
             if kind == "p_player":
-                extra = f"  constraint sets: {list(fits) if fits else 'any'}"
+                extra = f"  constraint sets: {sets_text(entry.cls)}"
             lines.append(f"  {name}  [plugin {entry.plugin}, package {package_of(entry.cls)}]"
                          + extra)
             lines += [f"      {describe_param(p, spec)}" for p, spec in entry.cls.params.items()]
@@ -100,10 +111,8 @@ def markdown(registry: Registry, kinds: Sequence[str]) -> str:
             lines += [f"### {kind} `{name}`", "",
                       _cell(summary(cls)) or "(no docstring)", "",
                       f"Plugin `{entry.plugin}`, package `{package_of(cls)}`."]
-            fits = getattr(cls, "constraints", None)
             if kind == "p_player":
-                sets = ", ".join(f"`{s}`" for s in fits) if fits else "any"
-                lines[-1] += f" Constraint sets: {sets}."
+                lines[-1] += f" Constraint sets: {sets_text(cls, markdown=True)}"
             lines.append("")
             if not cls.params:
                 lines += ["No parameters.", ""]

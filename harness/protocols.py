@@ -120,8 +120,14 @@ class PPlayer(Protocol):
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
-    #: constraint-set names this player supports (None: any)
+    #: constraint-set names this player plays on (None: any that ``supports`` accepts)
     constraints: ClassVar[tuple[str, ...] | None]
+
+    # Optional: a classmethod ``supports(constraint) -> str | None`` that reads
+    # what the player needs of a built set through its protocol (``row_caps()``,
+    # ``k``, ``sampler``, ``EuclideanProjection``) and returns why it cannot
+    # play there (None: it can). The built-in players name no set: any set,
+    # a third party's included, that offers what they need is accepted.
 
     def rows_per_round(self, constraint: ConstraintSet) -> int:
         """Rows evaluated per round; the horizon is ``T = budget // rows_per_round``."""
@@ -146,8 +152,15 @@ class PPlayer(Protocol):
         ...
 
     def regret_bound(self, rounds: int) -> float | None:
-        """The theorem's high-probability regret bound after ``rounds`` rounds
-        (None if the player has none)."""
+        """A bound on this player's regret over the first ``rounds`` rounds of
+        the run, ``max_{u in K} sum_{t <= rounds} <L_t, u - a_t>``, with the
+        parameters (step sizes, exploration) actually in use, in the units of
+        the game (losses in [0, 1], actions in K: the units of the dual gap),
+        holding deterministically or with a probability the player's docstring
+        states; None if no theorem covers the configuration (nothing is then
+        logged). The game logs ``(R_p + R_w) / rounds`` as ``theory_bound`` at
+        every checkpoint (``harness.game.theory_bound``), so the bound must be
+        valid for every ``rounds`` up to the horizon, not only at the end."""
         ...
 
     # Optional: ``suggest_w_lr(radius, grad_bound, horizon) -> float`` gives the
@@ -185,6 +198,9 @@ class WPlayer(Protocol):
         ...
 
     def regret_bound(self, rounds: int) -> float | None:
+        """A bound on ``sum_{t <= rounds} <L(w_t), a_t> - min_{w in W} sum_{t <=
+        rounds} <L(w), a_t>`` with the step size in use (game units), valid for
+        every ``rounds`` up to the horizon; None if the player has none."""
         ...
 
 
@@ -267,3 +283,14 @@ class Dataset(Protocol):
     # are not features (group labels, prior scores; length n each), read by
     # e.g. the alpha-set's caps; ``group_column: str | None``, the column whose
     # groups get per-group metrics (``group_loss.<group>``, ``worst_group_loss``).
+
+
+def refusal(player: type, constraint: ConstraintSet, set_name: str) -> str | None:
+    """Why the p-player class ``player`` cannot play on the built set
+    ``constraint`` (registered as ``set_name``): its ``constraints`` names
+    leave the set out, or its ``supports`` says why; None if it can."""
+    names = getattr(player, "constraints", None)
+    if names is not None and set_name not in names:
+        return f"works on constraint sets {list(names)} only"
+    supports = getattr(player, "supports", None)
+    return supports(constraint) if supports is not None else None

@@ -1,5 +1,5 @@
 """OL-EXP.4M's p-player: EXP4.MP on the k-set (paper, Algorithm 2; Vural et al. 2019)
-and on the alpha-set (Appendix F)."""
+and on the alpha-set (the alpha-set appendix, D)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import numpy as np
 
 import harness
 from harness import Param, Proposal
+from plugins.lib.capped import needs_row_caps
 
 
 class Exp4MP:
-    """EXP4.MP with semi-bandit feedback on ``S_{n,k}`` (Algorithm 2, Theorem 4.1).
+    """EXP4.MP with semi-bandit feedback on ``S_{n,k}`` (Algorithm 2, Theorem 4.1 ``th:topk``).
 
     Each round: project the weights onto the k-set mixed with the uniform
     distribution (Lines 3-10), draw k rows with ``P[i in I_t] = k p_i``
@@ -23,31 +24,58 @@ class Exp4MP:
 
     ``confidence="all"`` (default) adds the confidence term
     ``c U_i / sqrt(nT)`` with ``U_i = 1 / (k p_i)`` to every row outside
-    ``J_t``, as the proof in Appendix D.3 uses it (the bound (eq:l) sums it
+    ``J_t``, as the k-set proof (Appendix C) uses it (the bound (eq:l) sums it
     over all ``i not in J_t``); ``confidence="sampled"`` restricts it to the
     sampled rows, as the algorithm box writes it.
 
     Weights are kept as log-weights rebased to max 0 every round, so any
     number of rounds neither overflows nor underflows the largest weight.
-    Defaults (Theorem 4.1): ``gamma = sqrt(n log(n/k) / (k T))``,
+    Defaults (Theorem 4.1, ``th:topk``): ``gamma = sqrt(n log(n/k) / (k T))``,
     ``eta = k gamma / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``.
     Per round: O(n) (the dense confidence update and the projection).
 
+    Regret bound (``regret_bound``). The proof of the EXP4.MP regret theorem
+    (``th:EXP4.MP``, the k-set proof, Appendix C) bounds ``max_I G_I - G``, gains summed over the k
+    rows of an action, i.e. k times the regret in the units of the game
+    (``<L, a>`` with ``a = 1_I / k``, the units of the dual gap; the game's gap
+    theorem ``thm:general``, Appendix C). Redone for the first t rounds with the parameters in use
+    (``eps = c / sqrt(nT)`` the confidence coefficient, ``a = log(n/delta)``,
+    ``beta = gamma + 2 eta n / k``), and divided by k, it reads
+
+        R_p(t) <= beta t + log(n/k) / eta + eps n t / k
+                  + 2 eta eps^2 n^2 t / (k^2 gamma) + a / eps,
+
+    with probability at least 1 - delta, for all t <= T at once (the proof's
+    concentration step, Theorem 1 of Beygelzimer et al. 2011 with
+    ``sigma' = a / eps^2`` fixed in advance, is a supermartingale bound, so
+    Ville's inequality makes it uniform in t). At t = T and the defaults it is
+    ``th:EXP4.MP``'s ``2 sqrt(knT log(n/delta)) + 4 sqrt(knT log(n/k)) +
+    k log(n/delta)`` divided by k; before T the terms ``log(n/k)/eta`` and
+    ``a/eps``, fixed by the horizon's parameters, do not shrink. Two steps
+    differ from the paper's proof: rows in ``J_t`` are played surely but get
+    no estimate, so their gains are carried on both sides instead of using
+    ``L_hat = L`` there (the paper's (eq:Lhat)); and the final bound keeps
+    ``beta`` for a user-set eta. It needs ``eta (1 + eps) n / (k gamma) <= 1``
+    (so ``eta L_tilde <= 1``), ``beta < 1`` and ``eps^2 <= e - 2``; otherwise,
+    with ``confidence="sampled"`` (the concentration step needs the
+    confidence term on every uncapped row), and on sets other than
+    ``S_{n,k}``, ``regret_bound`` is None and no ``theory_bound`` is logged.
+
     The set's ``sample`` gives a ``harness.Draw``: distinct rows with
     multiplicities ``m_i``, ``E[m_i] = k p_i`` (all 1 on the k-set; a multiset
-    on the alpha-set ``K_alpha``, paper Appendix F, ``plugins.lib.capped.
+    on the alpha-set ``K_alpha``, the alpha-set appendix (D), ``plugins.lib.capped.
     multiset_round``). Feedback is semi-bandit on the distinct rows,
     ``L_hat_i = m_i L_i / (k p_i)`` (unbiased because ``E[m_i] = k p_i``; the
     sampled confidence term is ``m_i / (k p_i)`` likewise), the w-player's
     batch weights and the action are ``m_i / k``, and each distinct row counts
-    once as a data point. Theorem D.2 holds on ``S_{n,k}``; the paper proves no
+    once as a data point. ``th:EXP4.MP`` holds on ``S_{n,k}``; the paper proves no
     guarantee on other sets: the defaults stay Theorem 4.1's with the set's k,
     and ``regret_bound`` is None unless every row cap (``row_caps()``) is
     ``1/k``, i.e. ``K`` is ``S_{n,k}``.
     """
 
     name: ClassVar[str] = "exp4mp"
-    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "alphaset")
+    constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: k gamma / (2n)"),
@@ -61,6 +89,11 @@ class Exp4MP:
                             doc="rows receiving the confidence term: all outside J_t (proof) "
                                 "or only sampled ones (algorithm box)"),
     }
+
+    @classmethod
+    def supports(cls, constraint) -> str | None:
+        """A capped simplex (``row_caps()`` not None): the k-set, the simplex, an alpha-set."""
+        return needs_row_caps(constraint)
 
     def __init__(self, eta=None, gamma=None, c=None, delta=0.05, confidence="all") -> None:
         self.eta = eta
@@ -90,7 +123,7 @@ class Exp4MP:
         self.eta_ = self.eta if self.eta is not None else k * gamma / (2 * n)
         self.c_ = self.c if self.c is not None else math.sqrt(k * math.log(n / self.delta))
         self.conf_ = self.c_ / math.sqrt(n * T)
-        caps = constraint.row_caps()  # Theorem D.2 is proven on S_{n,k} only
+        caps = constraint.row_caps()  # th:EXP4.MP is proven on S_{n,k} only
         self.proven_ = caps is not None and bool(np.all(caps == 1.0 / k))
         self.log_w_ = np.zeros(n)
         self._refresh()
@@ -127,13 +160,20 @@ class Exp4MP:
         return None
 
     def regret_bound(self, rounds: int) -> float | None:
-        """Theorem D.2: ``2 sqrt(knT log(n/delta)) + 4 sqrt(knT log(n/k)) + k log(n/delta)``
-        (None on an alpha-set other than the k-set: no guarantee is proven there)."""
-        if not self.proven_:
+        """The EXP4.MP regret theorem (``th:EXP4.MP``, Appendix C) after
+        ``rounds`` rounds at the parameters in use, in game units (class
+        docstring); None where the proof does not cover the run."""
+        if not self.proven_ or self.confidence != "all":
             return None
-        n, k, T = self.constraint_.n, self.constraint_.k, rounds
+        n, k, t = self.constraint_.n, self.constraint_.k, rounds
+        eta, gamma, eps = self.eta_, self.gamma_, self.conf_
         a = math.log(n / self.delta)
-        return 2 * math.sqrt(k * n * T * a) + 4 * math.sqrt(k * n * T * math.log(n / k)) + k * a
+        beta = gamma + 2 * eta * n / k
+        if (n <= k or eps <= 0.0 or beta >= 1.0 or eps * eps > math.e - 2
+                or eta * (1 + eps) * n / (k * gamma) > 1.0):
+            return None
+        return (beta * t + math.log(n / k) / eta + eps * n * t / k
+                + 2 * eta * eps * eps * n * n * t / (k * k * gamma) + a / eps)
 
 
 @harness.hookimpl

@@ -1,4 +1,4 @@
-"""EXP3-IX on the simplex (paper, Algorithm 3 and Theorem 3.1; Neu 2015)."""
+"""EXP3-IX on the simplex (paper, Algorithm 3 and Theorem 3.1 ``th:shalev``; Neu 2015)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 
 import harness
 from harness import Param, Proposal
+from plugins.lib.capped import needs_sets_of_k_rows
 
 
 class Exp3IX:
@@ -21,13 +22,31 @@ class Exp3IX:
     ``L_hat = (1 - L_{i_t}) / (p_{t,i_t} + gamma)`` on ``i_t`` only, and
     ``log w_{i_t} -= eta L_hat``; log-weights rebased to max 0.
 
-    Defaults (Theorem 3.1): ``eta = 2 gamma = sqrt(2 log n / (n T))``. Its
-    high-probability regret bound is
-    ``2 sqrt(2 n T log n) + (sqrt(2 n T / log n) + 1) log(2 / delta)``.
+    Defaults (Theorem 3.1, ``th:shalev``): ``eta = 2 gamma = sqrt(2 log n / (n T))``.
+
+    Regret bound (``regret_bound``), in game units (the simplex: ``<L, a>`` with
+    ``a = e_i``, the units of the dual gap). Neu (2015)'s proof of his Theorem 1,
+    the source of ``th:shalev``, redone for the first t rounds at the eta and
+    gamma in use: the exponential-weights bound with non-negative estimates,
+    ``<p_t, l_hat_t> = l_{t,i_t} - gamma sum_i l_hat_ti``, and his Lemma 1 twice
+    (each row, union over n rows, failure delta/2; all rows at once, failure
+    delta/2) give, with probability at least 1 - delta,
+
+        R_p(t) <= log(n)/eta + log(2n/delta)/(2 gamma)
+                  + (eta/2 + gamma) (n t + log(2/delta)/(2 gamma)),
+
+    for all t <= T at once (Lemma 1 is a supermartingale bound with gamma fixed,
+    so Ville's inequality makes it uniform in t). At t = T and the defaults it
+    is ``2 sqrt(2nT log n) + (sqrt(nT / (2 log n)) + 1) log(2/delta)``, below
+    the printed ``th:shalev`` bound (whose ``log(2/delta)`` coefficient is
+    ``sqrt(2nT / log n)``). The terms ``log(n)/eta`` and
+    ``log(2n/delta)/(2 gamma)`` do not shrink before T: at t = 1e5 of a run
+    with n = 569, T = 1e7, they alone exceed 3.4 per round. None if
+    ``gamma = 0`` (no implicit exploration, no high-probability bound).
     """
 
     name: ClassVar[str] = "exp_ix"
-    constraints: ClassVar[tuple[str, ...] | None] = ("simplex",)
+    constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(2 log n / (n T))"),
@@ -37,6 +56,14 @@ class Exp3IX:
         "delta": Param(float, default=0.05, low=0.0, high=1.0, low_open=True, high_open=True,
                        doc="failure probability of the bound"),
     }
+
+    @classmethod
+    def supports(cls, constraint) -> str | None:
+        """One row per draw (``k = 1``: the simplex)."""
+        if constraint.k != 1:
+            return (f"plays one row per round (k = 1, the simplex); '{constraint.name}' has "
+                    f"k = {constraint.k}")
+        return needs_sets_of_k_rows(constraint)
 
     def __init__(self, eta=None, gamma=None, delta=0.05) -> None:
         self.eta = eta
@@ -73,11 +100,16 @@ class Exp3IX:
         self.p_ = w / w.sum()
 
     def regret_bound(self, rounds: int) -> float | None:
-        n, T = self.constraint_.n, rounds
+        """The bound of the class docstring after ``rounds`` rounds at the eta
+        and gamma in use (game units, probability at least 1 - delta)."""
+        n, t = self.constraint_.n, rounds
         if n < 2:
             return 0.0
-        return (2 * math.sqrt(2 * n * T * math.log(n))
-                + (math.sqrt(2 * n * T / math.log(n)) + 1) * math.log(2 / self.delta))
+        eta, gamma, delta = self.eta_, self.gamma_, self.delta
+        if gamma <= 0.0:
+            return None
+        return (math.log(n) / eta + math.log(2 * n / delta) / (2 * gamma)
+                + (eta / 2 + gamma) * (n * t + math.log(2 / delta) / (2 * gamma)))
 
 
 @harness.hookimpl

@@ -10,6 +10,7 @@ import numpy as np
 
 import harness
 from harness import Param, Proposal
+from plugins.lib.capped import needs_sets_of_k_rows
 from plugins.lib.kset_tree import CappedWeightTree
 
 
@@ -27,12 +28,19 @@ class ExpIXM:
     without mixing: IX needs no uniform exploration). The action is
     ``a_t = (1/k) 1_{I_t}``.
 
-    Guarantee (units of the game: ``a_t, u`` in ``S_{n,k}``, losses in
-    [0, 1]). With probability at least ``1 - delta``, for every ``u`` in
-    ``S_{n,k}``, ``sum_t <L_t, u - a_t>`` is at most
+    Guarantee (``regret_bound``; game units: ``a_t, u`` in ``S_{n,k}``, losses
+    in [0, 1], the units of the dual gap). The paper has no theorem for this
+    player; the bound is Neu (2015)'s argument for EXP3-IX (his Theorem 1 and
+    Lemma 1) carried to multiple plays. With probability at least
+    ``1 - delta``, for every ``u`` in ``S_{n,k}`` and every t <= T at once
+    (Lemma 1 is a supermartingale bound, uniform in t by Ville's inequality),
+    ``sum_{s <= t} <L_s, u - a_s>`` is at most
 
         log(n/k)/eta + log(n/delta)/(2 gamma)
-          + ((eta/2 + gamma)/k) (n T + n log(n/delta)/(2 gamma)).
+          + ((eta/2 + gamma)/k) (n t + n log(n/delta)/(2 gamma)),
+
+    at the eta and gamma in use (so it holds at every checkpoint of the run;
+    None if ``gamma = 0``).
 
     Proof sketch: ``<a_t, l_t> = <p_t, l_hat_t> + (gamma/k) sum_i l_hat_ti``
     exactly; the mirror-descent bound with non-negative estimates (KL from the
@@ -45,7 +53,7 @@ class ExpIXM:
     (n/k) log(n/delta)``. No confidence term is added to any row: the
     high-probability control comes from the estimate's bias alone.
 
-    EXP4.MP (``exp4mp``, Theorem 4.1) instead adds the confidence term
+    EXP4.MP (``exp4mp``, Theorem 4.1 ``th:topk``) instead adds the confidence term
     ``c U_i / sqrt(nT)`` to every row outside ``J_t``, which touches all n
     rows each round: O(n) per round with the dense projection and DepRound.
 
@@ -60,7 +68,7 @@ class ExpIXM:
     """
 
     name: ClassVar[str] = "exp_ix_m"
-    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex")
+    constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(k (log(n/k) + log(n/delta)) / (n T))"),
@@ -73,6 +81,11 @@ class ExpIXM:
                        doc="tree: O(k log n) per round, systematic sampling; dense: O(n), "
                            "the set's sampler; auto: tree if the set samples systematically"),
     }
+
+    @classmethod
+    def supports(cls, constraint) -> str | None:
+        """Draws of k distinct rows (every row cap at most 1/k: the k-set, the simplex)."""
+        return needs_sets_of_k_rows(constraint)
 
     def __init__(self, eta=None, gamma=None, delta=0.05, state="auto") -> None:
         self.eta = eta
@@ -136,7 +149,8 @@ class ExpIXM:
         return None
 
     def regret_bound(self, rounds: int) -> float | None:
-        """The bound of the class docstring at the step sizes in use."""
+        """The bound of the class docstring after ``rounds`` rounds at the step
+        sizes in use (game units, probability at least 1 - delta)."""
         n, k, T = self.constraint_.n, self.constraint_.k, rounds
         eta, gamma = self.eta_, self.gamma_
         if gamma <= 0.0:

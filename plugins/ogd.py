@@ -15,10 +15,18 @@ class OGD:
     """Projected OGD on ``W = {w : ||w||_2 <= radius}`` over all model
     parameters, bias included.
 
-    Default step ``radius * sqrt(2 / T)`` (paper, Appendix E.1-E.2). With
-    ``w_1 = 0``, step ``s`` and gradients of norm at most ``G`` its regret is at
-    most ``B^2 / (2s) + s G^2 T / 2`` (Zinkevich 2003), which the game uses for
-    the theoretical gap bound.
+    Default step ``radius * sqrt(2 / T)`` (paper, Appendix E, subsections
+    OL-EXP.4M and OL-FTRL).
+
+    Regret bound (``regret_bound``): with ``w_1 = 0``, the step ``s`` in use and
+    gradients of norm at most ``G`` (the model's per-example bound, which bounds
+    any batch with weights summing to 1), the regret of the first t rounds
+    against any ``u`` in the ball is at most ``B^2 / (2s) + s G^2 t / 2``
+    (Zinkevich 2003; Shalev-Shwartz 2011, Corollary 2.7, cited in the proof of
+    ``th:topk``), for every t and deterministically. It is a bound on
+    ``sum_t <L(w_t), a_t> - min_w sum_t <L(w), a_t>`` (game units) when the
+    batch gradient is exactly that of ``<L(w_t), a_t>``, which holds for every
+    built-in p-player that reports a regret bound.
     """
 
     name: ClassVar[str] = "ogd"
@@ -65,6 +73,7 @@ class OGD:
         self.w_ = w
 
     def regret_bound(self, rounds: int) -> float | None:
+        """``B^2 / (2s) + s G^2 t / 2`` after ``t = rounds`` rounds (class docstring)."""
         B, s, G = self.radius, self.lr_, self.grad_bound_
         return B * B / (2 * s) + s * G * G * rounds / 2
 

@@ -21,6 +21,7 @@ import numpy as np
 
 import harness
 from harness import Param, Proposal
+from plugins.lib.capped import needs_row_caps
 
 
 class TruncatedCVaR:
@@ -54,13 +55,18 @@ class TruncatedCVaR:
     """
 
     name: ClassVar[str] = "ru_sgd"
-    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex")
+    constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "batch_size": Param(int, low=1, nullable=True,
                             doc="rows per round b; None: the constraint set's k"),
         "tau_lr": Param(float, low=0.0, low_open=True, nullable=True,
                         doc="step of the threshold tau; None: sqrt(2 / T)"),
     }
+
+    @classmethod
+    def supports(cls, constraint) -> str | None:
+        """A capped simplex (``row_caps()`` not None), as its Rockafellar-Uryasev form needs."""
+        return needs_row_caps(constraint)
 
     def __init__(self, batch_size=None, tau_lr=None) -> None:
         self.batch_size = batch_size

@@ -1,4 +1,5 @@
-"""Stochastic AFL (Mohri, Sivek, Suresh 2019) as the paper runs it (Section 6, Appendix E.3)."""
+"""Stochastic AFL (Mohri, Sivek, Suresh 2019) as the paper runs it (Section 6;
+Appendix E, subsection S-AFL)."""
 
 from __future__ import annotations
 
@@ -25,13 +26,20 @@ class StochasticAFL:
 
     Default ``eta_lambda = 2 R_Lambda / sqrt(T (sigma_lambda^2 + G_lambda^2))``
     with ``R_Lambda = 1``, ``sigma_lambda^2 = n^2 / k``, ``G_lambda^2 = n``
-    (Appendix E.3, Table 4). The matching w-player step,
+    (Appendix E, subsection S-AFL, Table 4). The matching w-player step,
     ``2 B / sqrt(T (sigma_w^2 + G_w^2))``, is offered to a w-player whose
     step is unset (``suggest_w_lr``), with ``G_w`` the model's proven
-    per-example gradient bound and ``sigma_w <= 2 G_w`` (Appendix E.3's own
+    per-example gradient bound and ``sigma_w <= 2 G_w`` (that subsection's own
     argument) instead of Table 4's constants, which bound unscaled losses.
-    The guarantee (Mohri et al., Theorem 2) holds in expectation,
-    ``3 R_Lambda sqrt((sigma_lambda^2 + G_lambda^2) / T)`` for the lambda part.
+    The guarantee (Mohri et al. 2019, Theorem 2) holds in expectation only:
+    ``E[gap] <= 3 R_W sqrt((sigma_w^2 + G_w^2) / T) + 3 R_Lambda
+    sqrt((sigma_lambda^2 + G_lambda^2) / T)`` for the averages after T rounds.
+    No ``theory_bound`` is logged for S-AFL (``regret_bound`` is None): a bound
+    on the expected gap does not bound the gap of one run, which is what
+    ``theory_bound`` is read as (a bound at least the certified ``dual_gap``
+    of the run, with a stated probability); and the w-player's deterministic
+    OGD bound that the game adds does not hold here, since the w-player steps
+    on a sampled gradient, not on the gradient of ``<L(w_t), a_t>``.
 
     ``S`` is the set's ``sample``, a ``harness.Draw``: its distinct rows with
     weights ``m_i / k`` (unbiased, ``E[m_i] = k lambda_i``; on the alpha-set a
@@ -41,11 +49,20 @@ class StochasticAFL:
     """
 
     name: ClassVar[str] = "safl"
-    constraints: ClassVar[tuple[str, ...] | None] = ("kset", "simplex", "alphaset")
+    constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
-                     doc="lambda step size; None: Appendix E.3"),
+                     doc="lambda step size; None: Appendix E, subsection S-AFL"),
     }
+
+    @classmethod
+    def supports(cls, constraint) -> str | None:
+        """A set with a Euclidean projection (``harness.EuclideanProjection``)."""
+        if not isinstance(constraint, harness.EuclideanProjection):
+            return (f"steps by Euclidean projection onto K; '{constraint.name}' has no "
+                    "euclidean_project(v) "
+                    "(harness.EuclideanProjection)")
+        return None
 
     def __init__(self, eta=None) -> None:
         self.eta = eta
@@ -71,7 +88,7 @@ class StochasticAFL:
         return {"eta": self.eta_}
 
     def suggest_w_lr(self, radius: float, grad_bound: float, horizon: int) -> float:
-        """Appendix E.3's w-player step ``2 R_W / sqrt(T (sigma_w^2 + G_w^2))``."""
+        """Appendix E's (subsection S-AFL) w-player step ``2 R_W / sqrt(T (sigma_w^2 + G_w^2))``."""
         return 2.0 * radius / math.sqrt(horizon * 5.0 * grad_bound * grad_bound)
 
     @property
@@ -93,8 +110,9 @@ class StochasticAFL:
         self.lam_ = K.euclidean_project(self.lam_ + step)
 
     def regret_bound(self, rounds: int) -> float | None:
-        """Expected (not high-probability) bound of the lambda player, Mohri et al. Thm 2."""
-        return 3.0 * math.sqrt(self.lambda_variance_ * rounds)
+        """None: Mohri et al.'s guarantee bounds the expected gap, not the gap of
+        a run (class docstring)."""
+        return None
 
 
 @harness.hookimpl

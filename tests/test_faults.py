@@ -22,6 +22,7 @@ import pytest
 import harness
 from harness import Param
 from harness.game import TIMING_METRICS
+from harness.protocols import refusal
 from harness.registry import Registry
 from plugins import mlflow_tracking
 from plugins.exp4mp import Exp4MP
@@ -202,9 +203,11 @@ def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
 def _player_set_pairs() -> list[tuple[str, str]]:
     registry = Registry(harness.make_plugin_manager(load_entrypoints=False))
     pairs = []
+    sets = {c: registry.build("constraint_set", c, n=569, **({} if c == "simplex" else {"k": 5}))
+            for c in ("kset", "simplex", "alphaset")}
     for name in registry.names("p_player"):
-        fits = registry.get("p_player", name).cls.constraints
-        pairs += [(name, c) for c in ("kset", "simplex", "alphaset") if fits is None or c in fits]
+        player = registry.get("p_player", name).cls
+        pairs += [(name, c) for c, K in sets.items() if refusal(player, K, c) is None]
     return pairs
 
 

@@ -136,6 +136,8 @@ def test_game_counts_data_points_and_a_bar_is_in_kset(tmp_path):
 
 
 def test_theory_bound_is_theorem_4_1():
+    # Theorem 4.1 (th:topk) in game units at t = T: OGD's regret plus
+    # th:EXP4.MP's regret divided by k (it sums the losses of k rows), over T
     cfg = game_cfg(f"budget={20 * 2000}", "checkpoints=2")
     prep = harness.prepare(cfg)
     metrics = harness.play(prep)
@@ -143,5 +145,5 @@ def test_theory_bound_is_theorem_4_1():
     B, s, G = 1.0, math.sqrt(2 / T), prep.parts.model.grad_bound
     regret_w = B * B / (2 * s) + s * G * G * T / 2
     regret_p = (2 * math.sqrt(k * n * T * math.log(n / d))
-                + 4 * math.sqrt(k * n * T * math.log(n / k)) + k * math.log(n / d))
+                + 4 * math.sqrt(k * n * T * math.log(n / k)) + k * math.log(n / d)) / k
     assert metrics["theory_bound"] == pytest.approx((regret_w + regret_p) / T, rel=1e-12)

@@ -43,6 +43,7 @@ CASES = [
     ("ftrl", "kset", 3),
     ("safl", "kset", 3),
     ("adacvar", "kset", 3),
+    ("adacvar_all_rows", "kset", 3),
     ("uniform", "kset", 3),
     ("ru_sgd", "kset", 3),
     ("soft_cvar", "kset", 3),
@@ -58,7 +59,10 @@ CASES = [
 def _prepare(p_player: str, constraint: str, k: int, budget: int, seed: int = 0):
     registry = harness.Registry(harness.make_plugin_manager([OutlierPlugin()],
                                                             load_entrypoints=False))
+    variant = ["p_player.variant=all_rows"] if p_player == "adacvar_all_rows" else []
+    p_player = p_player.removesuffix("_all_rows")
     cfg = game_cfg(f"constraint={constraint}", f"p_player={p_player}", "w_player.radius=2.0",
+                   *variant,
                    "dataset=outlier_line", f"budget={budget}", f"seed={seed}", "checkpoints=3",
                    *([f"constraint.k={k}"] if constraint == "kset" else []), registry=registry)
     return harness.prepare(cfg, registry)
@@ -99,13 +103,18 @@ def test_a_bar_weights_the_outlier_above_uniform(p_player, constraint, k):
     # seed 0, budget 30000: uniform sampling gives a_bar = 1/n on every row; an
     # adaptive player must put more than 1.1/n on the outlier and make it the
     # heaviest row (measured: 1.22/n for exp4mp, whose theory step is the
-    # smallest, up to 3.7/n for safl).
+    # smallest, up to 3.7/n for safl). Ada-CVaR as its authors run it adapts
+    # more slowly (one row per step, estimates divided by the k-subset marginal
+    # m_i rather than m_i / k): measured 1.083/n, so its threshold is 1.05/n,
+    # and at this budget the outlier is not yet its heaviest row.
     prep = _prepare(p_player, constraint, k, budget=30000)
     harness.play(prep)
     a_bar = prep.game.state.a_sum / prep.context.parts.rounds
     n = a_bar.size
-    assert a_bar[OutlierRegression.OUTLIER] > 1.1 / n, a_bar[OutlierRegression.OUTLIER] * n
-    assert np.argmax(a_bar) == OutlierRegression.OUTLIER
+    above = 1.05 if p_player == "adacvar" else 1.1
+    assert a_bar[OutlierRegression.OUTLIER] > above / n, a_bar[OutlierRegression.OUTLIER] * n
+    if p_player != "adacvar":
+        assert np.argmax(a_bar) == OutlierRegression.OUTLIER
 
 
 def test_uniform_a_bar_is_uniform():
@@ -153,12 +162,50 @@ def test_ftrl_and_safl_theory_defaults_for_the_papers_runs():
         assert safl.eta_ == pytest.approx(eta_safl, rel=5e-3)
 
 
-@pytest.mark.parametrize(("p_player", "constraint"), [("exp_ix", "kset"), ("exp4mp", "simplex"),
-                                                      ("adacvar", "simplex")])
-def test_player_that_does_not_fit_the_set_is_refused_before_any_run(p_player, constraint):
-    cfg = game_cfg(f"constraint={constraint}", f"p_player={p_player}", "budget=1000")
-    with pytest.raises(harness.ConfigError, match=f"The p_player '{p_player}' works on"):
+@pytest.mark.parametrize(("p_player", "constraint", "why"), [
+    ("exp_ix", "kset", "plays one row per round"),
+    ("exp_ix_m", "alphaset_groups", r"needs draws of k distinct rows.*a cap of 0\.075 > 1/k"),
+    ("adacvar", "alphaset_groups", r"needs draws of k distinct rows"),
+])
+def test_player_that_does_not_fit_the_set_is_refused_before_any_run(p_player, constraint, why):
+    # the players read what they need of the built set (row caps, k), never its name
+    cfg = game_cfg(f"constraint={constraint}", "constraint.k=40", f"p_player={p_player}",
+                   "dataset=synthetic_groups", "budget=40000")
+    with pytest.raises(harness.ConfigError,
+                       match=f"The p_player '{p_player}' cannot play on constraint "
+                             f"'(alphaset|kset)': it {why}"):
         harness.prepare(cfg)
+
+
+class _Capped:
+    """A third party's capped simplex under a name no player knows: the k-set's
+    numerics behind its own class."""
+
+    name: ClassVar[str] = "third_party_capped"
+    params: ClassVar[dict[str, Param]] = {"n": Param(int, low=1), "k": Param(int, default=20)}
+
+    def __init__(self, n: int, k: int = 20) -> None:
+        self._inner = harness.build("constraint_set", "kset", n=n, k=k)
+        self.n, self.k, self.sampler = n, k, self._inner.sampler
+
+    def __getattr__(self, attr):  # lmo, project, sample, contains, row_caps, ...
+        return getattr(self._inner, attr)
+
+
+class _CappedPlugin:
+    @harness.hookimpl
+    def register_constraint_sets(self, register):
+        register(_Capped)
+
+
+@pytest.mark.parametrize("p_player", ["exp4mp", "exp_ix_m", "ftrl", "adacvar", "ru_sgd",
+                                      "uniform"])
+def test_built_in_players_accept_a_third_party_set_by_what_it_offers(p_player):
+    registry = harness.Registry(harness.make_plugin_manager([_CappedPlugin()]))
+    cfg = game_cfg("constraint=third_party_capped", f"p_player={p_player}", "budget=40000",
+                   "checkpoints=2", registry=registry)
+    metrics = harness.run(cfg, plugins=[_CappedPlugin()])
+    assert metrics["data_points"] <= 40000 and metrics["dual_gap"] > 0
 
 
 def test_adacvar_marginals_match_a_bracketing_root_finder():
@@ -185,3 +232,75 @@ def test_adacvar_marginals_match_a_bracketing_root_finder():
         np.testing.assert_allclose(m, sigmoid(nu + log_w), rtol=0, atol=1e-11)
         assert abs(m.sum() - k) <= 1e-11
         assert m.min() >= 0.0 and m.max() <= 1.0
+
+
+def _adacvar(**params):
+    K = harness.build("constraint_set", "kset", n=30, k=3)
+    pp = harness.build("p_player", "adacvar", **params)
+    return K, pp, pp.setup(K, 1000)
+
+
+def test_adacvar_authors_defaults_and_one_loss_form_step():
+    # Curi et al.'s code: eta = sqrt((1/alpha) log(1/alpha) / T), alpha = k/n,
+    # gamma = 0, eps = 0; one row per step, drawn with probability m_i / k; the
+    # sampler's update is EXP3 on 1 - L divided by the row's k-subset marginal
+    K, pp, derived = _adacvar()
+    assert derived["variant"] == "authors" and derived["gamma"] == 0.0
+    assert derived["eta"] == pytest.approx(np.sqrt(10 * np.log(10) / 1000), rel=1e-12)
+    assert pp.rows_per_round(K) == 1
+    rng = np.random.default_rng(0)
+    prop = pp.propose(rng)
+    assert prop.rows.size == 1 and prop.weights.tolist() == [1.0]
+    np.testing.assert_array_equal(prop.action_values, pp.p)  # a_t = p_t, the mean of 1_S / k
+    (i,) = prop.rows
+    before, m_i = pp.log_w_.copy(), pp.marginals_[i]
+    pp.observe(np.array([0.25]))
+    expected = before.copy()
+    expected[i] -= derived["eta"] * 0.75 / m_i
+    np.testing.assert_allclose(pp.log_w_, expected - expected.max(), rtol=0, atol=1e-15)
+    assert K.contains(pp.p, atol=1e-12) and pp.marginals_.sum() == pytest.approx(3, abs=1e-9)
+
+
+def test_adacvar_authors_row_law_is_p():
+    # seed 0, 60000 draws: the row's frequencies match p = m / k (chi-square, 1e-3 level)
+    from scipy.stats import chisquare
+
+    K, pp, _ = _adacvar(gamma=0.2)
+    pp.log_w_ = np.linspace(-2.0, 0.0, 30)
+    pp._refresh()
+    rng = np.random.default_rng(0)
+    counts = np.bincount([int(pp.propose(rng).rows[0]) for _ in range(60000)], minlength=30)
+    assert chisquare(counts, 60000 * pp.p).pvalue > 1e-3
+
+
+def test_adacvar_authors_batch_from_the_k_subset():
+    # b = 3 rows drawn with replacement from the k-subset: distinct rows with
+    # weights multiplicity / b; the update counts a row drawn twice twice
+    K, pp, _ = _adacvar(batch_size=3)
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        prop = pp.propose(rng)
+        assert 1 <= prop.rows.size <= 3 and np.unique(prop.rows).size == prop.rows.size
+        assert prop.weights.sum() == pytest.approx(1.0, abs=1e-15)
+        np.testing.assert_allclose(prop.weights * 3, pp.mult_)
+        pp.observe(np.full(prop.rows.size, 0.5))
+        assert K.contains(pp.p, atol=1e-12)
+    with pytest.raises(harness.ConfigError, match="batch_size"):
+        harness.build("p_player", "adacvar", batch_size=4).rows_per_round(K)
+
+
+def test_adacvar_all_rows_keeps_the_gains_form():
+    # variant=all_rows: all k rows, weights 1/k, log w_i += eta L_i / m_i,
+    # Exp3.M-style defaults without the (e - 1) factor
+    K, pp, derived = _adacvar(variant="all_rows")
+    gamma = np.sqrt(30 * np.log(10) / (3 * 1000))
+    assert derived["gamma"] == pytest.approx(gamma, rel=1e-12)
+    assert derived["eta"] == pytest.approx(3 * gamma / 30, rel=1e-12)
+    prop = pp.propose(np.random.default_rng(1))
+    assert prop.rows.size == 3 and prop.action_rows is None
+    before, m = pp.log_w_.copy(), pp.marginals_.copy()
+    losses = np.array([0.1, 0.5, 0.9])
+    pp.observe(losses)
+    expected = before.copy()
+    expected[prop.rows] += derived["eta"] * losses / m[prop.rows]
+    np.testing.assert_allclose(pp.log_w_, expected - expected.max(), rtol=0, atol=1e-15)

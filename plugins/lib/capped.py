@@ -18,12 +18,20 @@ functions; nothing here is registered.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
 # ---------------------------------------------------------------------------
 # KL projections (Algorithm 4, Lemma C.2)
 # ---------------------------------------------------------------------------
+
+
+#: a row is capped when its projected log-weight exceeds its log-cap by more
+#: than this (a row at its cap up to rounding stays uncapped: same q either way);
+#: the tree state (``plugins.lib.kset_tree``) uses the same rule
+CAP_TOL = 1e-12
 
 
 def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +94,7 @@ def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compi
         # a row at its cap up to rounding is left uncapped (same q either way)
         grew = False
         for i in range(n):
-            if not capped[i] and (log_w[i] - top) + shift > log_kappa[i] + 1e-12:
+            if not capped[i] and (log_w[i] - top) + shift > log_kappa[i] + CAP_TOL:
                 capped[i] = True
                 mass += kappa[i]
                 grew = True
@@ -376,3 +384,29 @@ def multiset_round_core(kp, caps, u, k):  # pragma: no cover - compiled
             mult[c] = m[i]
             c += 1
     return rows, mult, r
+
+
+# ---------------------------------------------------------------------------
+# what a player may ask of a set, through the protocol only
+
+
+def needs_row_caps(constraint: Any) -> str | None:
+    """Why a player that needs a capped simplex cannot play on ``constraint``
+    (``row_caps()`` is None), else None."""
+    if constraint.row_caps() is None:
+        return (f"needs a capped simplex K = {{0 <= p_i <= c_i, sum p = 1}}; row_caps() of "
+                f"'{constraint.name}' is None")
+    return None
+
+
+def needs_sets_of_k_rows(constraint: Any) -> str | None:
+    """Why a player that needs every draw to be k distinct rows cannot play on
+    ``constraint``, else None: every row cap must be at most 1/k (the k-set, the
+    simplex, an alpha-set whose caps are all 1/k)."""
+    caps = constraint.row_caps()
+    if caps is None or float(np.max(caps)) * constraint.k > 1.0 + 1e-12:
+        return ("needs draws of k distinct rows, i.e. every row cap "
+                f"at most 1/k (the k-set or the simplex); '{constraint.name}' has "
+                + ("no row caps" if caps is None else f"a cap of {float(np.max(caps)):.6g} "
+                   f"> 1/k = {1.0 / constraint.k:.6g}"))
+    return None
