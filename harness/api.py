@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,12 +20,8 @@ from harness import state, stream
 from harness.context import RunContext, attach
 from harness.game import Components, Game, checkpoint_rounds
 from harness.params import ConfigError, Param, check
-from harness.registry import Registry, default_registry, make_plugin_manager
-
-TOP_LEVEL = {"constraint", "p_player", "w_player", "model", "dataset",
-             "budget", "seed", "checkpoints", "tracking", "progress", "reference",
-             "resume", "state_dir"}
-
+from harness.protocols import refusal
+from harness.registry import CORE_KEYS, Registry, default_registry, make_plugin_manager
 
 #: top-level values of the game (``budget`` is at least one round's rows)
 GAME_PARAMS: dict[str, Param] = {
@@ -102,6 +99,17 @@ def check_dataset(name: str, dataset: Any) -> None:
     if dataset.task not in ("classification", "regression"):
         raise ConfigError(f"The data set '{name}' must declare task 'classification' or "
                           f"'regression'. Got {dataset.task!r} instead.")
+    if dataset.task == "classification":
+        labels = np.asarray(y)
+        classes = getattr(dataset, "n_classes", None)
+        bad = (np.flatnonzero((labels < 0) | (labels >= classes)) if isinstance(classes, int)
+               and np.issubdtype(labels.dtype, np.integer) else None)
+        if bad is None or bad.size:
+            got = (f"dtype {labels.dtype}" if bad is None else
+                   f"y[{int(bad[0])}] = {labels[bad[0]].item()!r} ({bad.size} labels outside)")
+            raise ConfigError(f"The data set '{name}' is a classification task: y must hold "
+                              f"integer class codes in [0, n_classes={classes!r}). Got {got} "
+                              "instead.")
 
 
 def check_unit_features(name: str, dataset: Any, model_name: str, model: Any) -> None:
@@ -144,6 +152,8 @@ class Prepared:
     registry: Registry
     game: Game | None = None
     resumed_from: int | None = None
+    #: where ``play`` saves the game's state at each checkpoint (None: nowhere)
+    state_file: Path | None = None
 
     def __post_init__(self) -> None:
         attach(self.context, self)
@@ -153,10 +163,11 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     """Build and validate every component of ``cfg``; raise ``ConfigError`` on bad input."""
     registry = registry or default_registry()
     conf = _to_dict(cfg)
-    unknown = sorted(set(conf) - TOP_LEVEL)
+    allowed = CORE_KEYS | set(registry.blocks)
+    unknown = sorted(set(conf) - allowed)
     if unknown:
-        raise ConfigError(f"Unknown top-level config key(s) {unknown}. "
-                          f"Allowed keys: {sorted(TOP_LEVEL)}.")
+        raise ConfigError(f"Unknown top-level config key(s) {unknown}. Allowed keys: "
+                          f"{sorted(allowed)} (blocks of plugins: {sorted(registry.blocks)}).")
     for key, spec in RUN_SWITCHES.items():
         check("the game", key, spec, conf.get(key, spec.default))
     resolved: dict[str, Any] = {}
@@ -183,10 +194,10 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
 
     p_name, p_params = _group(conf, "p_player")
     p_player = make("p_player", "p_player", p_name, p_params)
-    fits = getattr(p_player, "constraints", None)
-    if fits is not None and c_name not in fits:
-        raise ConfigError(f"The p_player '{p_name}' works on constraint sets {list(fits)}. "
-                          f"Got constraint '{c_name}' instead.")
+    why = refusal(type(p_player), constraint, c_name)
+    if why is not None:
+        raise ConfigError(f"The p_player '{p_name}' cannot play on constraint '{c_name}': "
+                          f"it {why}.")
 
     w_name, w_params = _group(conf, "w_player")
     w_player = make("w_player", "w_player", w_name, w_params)
@@ -250,7 +261,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
     ends the tracked run as FAILED or KILLED with its checkpoints kept."""
     hook = prepared.registry.pm.hook
     context = prepared.context
-    state_file = state.path_for(prepared)
+    state_file = prepared.state_file = state.path_for(prepared)
     saved = state.load(state_file, prepared) if context.config.get("resume") else None
     if saved is not None:
         prepared.parts = saved["parts"]

@@ -65,8 +65,16 @@ def plugin_lines(prepared: Prepared, status: str,
 def interrupted(prepared: Prepared) -> str:
     """The notice of an interrupted run, with the plugins' ``summary_lines``."""
     metrics = prepared.game.state.last_metrics if prepared.game is not None else {}
-    text = (f"minimax-bench: interrupted; its state at round {prepared.context.parts.rounds:,} "
-            "(the last checkpoint) is saved: run the same command with resume=true to continue")
+    saved = prepared.state_file is not None and prepared.state_file.is_file()
+    if saved:
+        text = (f"minimax-bench: interrupted; its state at round {prepared.context.parts.rounds:,} "
+                "(the last checkpoint) is saved: run the same command with resume=true to "
+                "continue")
+    elif prepared.state_file is None:
+        text = "minimax-bench: interrupted; no state is saved (state_dir=null): it cannot resume"
+    else:
+        text = ("minimax-bench: interrupted before its first checkpoint; nothing is saved to "
+                "resume from: run the same command again")
     for label, line in plugin_lines(prepared, "KILLED", metrics):
         text += f"; {label} {line}" if label else f"; {line}"
     return text

@@ -39,10 +39,12 @@ GROUPS: dict[str, str] = {
     "dataset": "dataset",
 }
 
-#: overrides for a run that records nothing: no MLflow store, no exact-optimum
-#: solve, no saved state, no progress bar (tests, tools, notebooks)
-QUIET: tuple[str, ...] = ("tracking.enabled=false", "reference.exact=false", "state_dir=null",
-                          "progress=false")
+#: overrides of the game's own keys for a run that leaves nothing behind (the
+#: plugins' blocks add theirs: ``quiet_overrides()``)
+QUIET_CORE: tuple[str, ...] = ("state_dir=null", "progress=false")
+
+#: the name of the root config holding every plugin's block (``conf/config.yaml``'s defaults)
+BLOCKS_CONFIG = "plugin_blocks"
 
 #: parameters the harness sets itself, never given in a config
 SET_BY_HARNESS: dict[str, frozenset[str]] = {"constraint_set": frozenset({"n"})}
@@ -84,13 +86,43 @@ def register_options(registry: Registry | None = None) -> list[tuple[str, str]]:
             node = option_node(kind, registry.get(kind, name).cls)
             store.store(group=group, name=name, node=node, provider="minimax-bench")
             stored.append((group, name))
+    blocks = {name: {key: copy.deepcopy(spec.default) for key, spec in block.params.items()}
+              for name, (block, _) in registry.blocks.items()}
+    store.store(name=BLOCKS_CONFIG, node=blocks, provider="minimax-bench")
     return stored
 
 
-def compose(overrides: Iterable[str] = (), *, registry: Registry | None = None) -> Any:
+def _override_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def quiet_overrides(registry: Registry | None = None) -> tuple[str, ...]:
+    """Overrides for a run that records nothing and leaves nothing behind: no
+    saved state, no progress bar, and every plugin block's ``off`` values (no
+    MLflow store, no exact-optimum solve for the built-ins)."""
+    registry = registry or default_registry()
+    off = [f"{name}.{key}={_override_value(value)}"
+           for name, (block, _) in sorted(registry.blocks.items())
+           for key, value in block.off.items()]
+    return (*QUIET_CORE, *off)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "QUIET":  # ``from harness.config import QUIET``: of the default registry
+        return quiet_overrides()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def compose(overrides: Iterable[str] = (), *, quiet: bool = False,
+            registry: Registry | None = None) -> Any:
     """The config ``minimax-bench *overrides`` builds (a DictConfig, without the
     ``hydra`` node), through Hydra's compose API over the shipped tree and the
-    plugin packages' options. Works inside a running Hydra app too."""
+    plugin packages' options. ``quiet``: ``quiet_overrides()`` go first (a
+    run that records nothing). Works inside a running Hydra app too."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -102,7 +134,8 @@ def compose(overrides: Iterable[str] = (), *, registry: Registry | None = None) 
     try:
         with initialize_config_dir(version_base="1.3", config_dir=config_dir(),
                                    job_name="minimax-bench"):
-            return hydra_compose("config", overrides=list(overrides))
+            first = quiet_overrides(registry) if quiet else ()
+            return hydra_compose("config", overrides=[*first, *overrides])
     finally:
         GlobalHydra.instance().clear()
         if saved is not None:
@@ -129,9 +162,10 @@ def group_options(group: str) -> list[str]:
 
 def unknown_option(args: Sequence[str]) -> str | None:
     """The message for the first command-line override that picks an option no
-    config group has (``p_player=nope``), or None. Overrides that Hydra parses
-    differently (sweeps by glob or range, ``+``/``~`` forms, a user's own
-    ``hydra.searchpath`` or ``--config-dir``) are left to Hydra."""
+    config group has (``p_player=nope``, ``+experiment=nope``,
+    ``hydra/launcher=nope``), or None. Overrides that Hydra expands itself
+    (sweeps by glob or range), deletions, and runs with a user's own
+    ``hydra.searchpath`` or ``--config-dir`` are left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp")) for a in args):
@@ -146,8 +180,8 @@ def unknown_option(args: Sequence[str]) -> str | None:
     groups = (*GROUPS, "experiment")
     for override in parsed:
         group = override.key_or_group
-        if (group not in groups or override.package is not None or override.is_delete()
-                or override.is_add() or override.is_force_add()):
+        if ((group not in groups and not group.startswith("hydra/"))
+                or override.package is not None or override.is_delete()):
             continue
         try:
             if override.is_sweep_override():
@@ -161,7 +195,7 @@ def unknown_option(args: Sequence[str]) -> str | None:
         options = group_options(group)
         missing = [v for v in values if v not in options and v != "null"]
         if missing:
-            what = "experiment preset" if group == "experiment" else f"{group} option"
+            what = {"experiment": "experiment preset"}.get(group, f"{group} option")
             return (f"Unknown {what} '{missing[0]}' in '{override.input_line}'. "
                     f"Available: {options}.")
     return None

@@ -120,6 +120,19 @@ def attach(context: RunContext, source: Prepared) -> None:
     object.__setattr__(context.parts, "_source", source)
 
 
+class PluginState(dict):
+    """``context.state``: plugins' scratch space. The running game is not in it
+    (``context.state["game"]`` of minimax-bench 0.1): a plugin that still asks
+    for it is told where the run is now."""
+
+    def __missing__(self, key: str) -> Any:
+        if key == "game":
+            raise KeyError("context.state['game'] was removed in minimax-bench 0.2: read the "
+                           "run's components and counters through context.parts "
+                           "(harness.RunView; see docs/plugins.md)")
+        raise KeyError(key)
+
+
 @dataclass
 class RunContext:
     """What an event hook knows about one game.
@@ -138,7 +151,7 @@ class RunContext:
     config: dict[str, Any]
     params: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=lambda: PluginState())
     _view: RunView = field(default_factory=RunView, init=False, repr=False, compare=False)
 
     @property

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from harness.context import RunContext
+    from harness.params import ConfigBlock
 
 PROJECT = "minimax_bench"
 
@@ -67,6 +68,15 @@ def register_models(register: Register) -> None:
 @hookspec
 def register_datasets(register: Register) -> None:
     """Register data-set classes (``harness.protocols.Dataset``)."""
+
+
+@hookspec
+def register_config_blocks(register: Callable[[ConfigBlock], None]) -> None:
+    """Register the top-level config blocks this plugin reads
+    (``harness.ConfigBlock``: a name, a ``Param`` table, the values that turn
+    the plugin off). Called once when the registry is built. The CLI's config
+    tree holds every block with its declared defaults, a config may carry
+    only registered blocks, and a block name is owned by one plugin."""
 
 
 @hookspec

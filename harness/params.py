@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -64,6 +64,20 @@ class Param:
         else:
             text = "a finite float" if self.type is float else word
         return text + (" or None" if self.nullable else "")
+
+
+@dataclass(frozen=True)
+class ConfigBlock:
+    """A top-level config block that a plugin owns and reads (``tracking``,
+    ``reference``). Its defaults come from ``params`` (the CLI's config tree
+    holds them, generated); ``off`` are the values under which the plugin
+    records and computes nothing (``harness.compose(quiet=True)`` sets them).
+    A config without the block leaves the plugin off."""
+
+    name: str
+    params: Mapping[str, Param]
+    off: Mapping[str, Any] = field(default_factory=dict)
+    doc: str = ""
 
 
 def _bound_text(bound: float | str | None, values: Mapping[str, Any], inf: str) -> str:

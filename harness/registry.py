@@ -18,7 +18,7 @@ from typing import Any
 import pluggy
 
 from harness import hookspecs
-from harness.params import ConfigError, validate
+from harness.params import ConfigBlock, ConfigError, validate
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.kset",
@@ -41,6 +41,11 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.reference",
     "plugins.mlflow_tracking",
 )
+
+#: top-level config keys of the game itself (plugins add blocks of their own)
+CORE_KEYS: frozenset[str] = frozenset({
+    "constraint", "p_player", "w_player", "model", "dataset", "budget", "seed", "checkpoints",
+    "progress", "resume", "state_dir"})
 
 #: set to a non-empty value to skip loading entry-point plugins
 DISABLE_AUTOLOAD_ENV = "MINIMAX_BENCH_DISABLE_PLUGIN_AUTOLOAD"
@@ -131,6 +136,27 @@ class Registry:
         for kind, hook_name in KINDS.items():
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
                 impl.function(register=self._registrar(kind, impl.plugin_name))
+        #: top-level config blocks by name, with the plugin that owns each
+        self.blocks: dict[str, tuple[ConfigBlock, str]] = {}
+        for impl in pm.hook.register_config_blocks.get_hookimpls():
+            impl.function(register=self._block_registrar(impl.plugin_name))
+
+    def _block_registrar(self, plugin: str):
+        def register(block: ConfigBlock) -> None:
+            if not isinstance(block, ConfigBlock):
+                raise PluginError(plugin, f"Plugin '{plugin}' registered {block!r} as a config "
+                                          "block; register a harness.ConfigBlock.")
+            if block.name in CORE_KEYS:
+                raise PluginError(plugin, f"Plugin '{plugin}' registered the config block "
+                                          f"'{block.name}', a key of the game itself.")
+            previous = self.blocks.get(block.name)
+            if previous is not None:
+                raise PluginError(plugin, f"The config block '{block.name}' is registered "
+                                          f"twice: by plugin '{previous[1]}' and by plugin "
+                                          f"'{plugin}'.")
+            self.blocks[block.name] = (block, plugin)
+
+        return register
 
     def _registrar(self, kind: str, plugin: str):
         def register(cls: type) -> None:

@@ -44,7 +44,8 @@ class SyntheticGroups:
                        doc="degrees between the two groups' decision boundaries"),
         "margin": Param(float, default=0.1, low=0.0, high=0.5, high_open=True,
                         doc="smallest distance of a row to its group's boundary"),
-        "seed": Param(int, default=0, low=0, doc="generator seed"),
+        "seed": Param(int, default=0, low=0,
+                      doc="seed of the generated data (its identity; not the run's seed)"),
     }
     task: ClassVar[str] = "classification"
     n_classes: ClassVar[int] = 2

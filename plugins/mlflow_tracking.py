@@ -59,6 +59,12 @@ PARAMS: dict[str, Param] = {
 }
 
 
+@harness.hookimpl
+def register_config_blocks(register):
+    register(harness.ConfigBlock("tracking", PARAMS, off={"enabled": False},
+                                 doc="MLflow tracking: one run per game"))
+
+
 def _settings(context) -> dict[str, Any] | None:
     """The validated ``tracking`` block if tracking is enabled, else None."""
     block = context.config.get("tracking")

@@ -4,7 +4,6 @@ and an unknown option is one line."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,18 +23,6 @@ CONFIG_YAML = Path(config_dir()) / "config.yaml"
 
 def _is_interpolation(value) -> bool:
     return isinstance(value, str) and value.startswith("${")
-
-
-def _plugin_table(kind_or_block: str) -> dict[str, Param]:
-    """The Param table that owns a top-level block of config.yaml."""
-    registry = default_registry()
-    for _, plugin in registry.pm.list_name_plugin():
-        table = getattr(plugin, "PARAMS", None)
-        owner = getattr(plugin, "__name__", "")
-        if isinstance(table, dict) and owner.endswith(
-                {"tracking": "mlflow_tracking", "reference": "reference"}[kind_or_block]):
-            return table
-    raise LookupError(kind_or_block)
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -62,24 +49,62 @@ def test_top_level_yaml_defaults_equal_their_param_tables():
     # every plain (not interpolated) value of conf/config.yaml equals the default of
     # the Param that validates it; interpolated ones (env-dependent paths) resolve
     raw = yaml.safe_load(CONFIG_YAML.read_text())
-    tables = {**GAME_PARAMS, **RUN_SWITCHES}
-    for key, spec in tables.items():
+    for key, spec in {**GAME_PARAMS, **RUN_SWITCHES}.items():
         assert key in raw, f"conf/config.yaml lacks the top-level key '{key}'"
         if not _is_interpolation(raw[key]):
             assert raw[key] == spec.default, (key, raw[key], spec.default)
-    for block in ("tracking", "reference"):
-        table = _plugin_table(block)
-        assert set(raw[block]) == set(table), (block, sorted(raw[block]), sorted(table))
-        for key, value in raw[block].items():
-            if _is_interpolation(value):
-                continue
-            default = table[key].default
-            if isinstance(value, bool) and table[key].type is str:  # exact: true/false
-                value = "true" if value else "false"
-            assert value == default or (isinstance(value, float) and math.isclose(
-                value, default)), f"{block}.{key}: YAML {value!r} vs Param default {default!r}"
+    for name, value in raw.items():
+        if isinstance(value, dict) and name != "hydra":
+            assert all(_is_interpolation(v) for v in value.values()), (
+                f"conf/config.yaml sets plain values in the block '{name}'; its defaults "
+                "belong in the plugin's Param table")
     composed = OmegaConf.to_container(compose([]), resolve=True)
     assert composed["state_dir"] and composed["tracking"]["uri"]
+
+
+def test_plugin_blocks_come_from_their_param_tables():
+    # the composed tracking and reference blocks hold their plugins' declared
+    # defaults (the YAML may only override a value with an interpolation)
+    registry = default_registry()
+    assert {"tracking", "reference"} <= set(registry.blocks)
+    composed = OmegaConf.to_container(compose([]), resolve=False)
+    raw = yaml.safe_load(CONFIG_YAML.read_text())
+    for name, (block, _) in registry.blocks.items():
+        expected = {k: spec.default for k, spec in block.params.items()}
+        expected.update(raw.get(name) or {})
+        assert composed[name] == expected, (name, composed[name], expected)
+
+
+def test_quiet_overrides_turn_every_plugin_off():
+    cfg = compose(["budget=2000"], quiet=True)
+    assert cfg.tracking.enabled is False and cfg.reference.exact in (False, "false")
+    assert cfg.state_dir is None and cfg.progress is False
+
+
+class _Counter:
+    """A plugin with a config block of its own."""
+
+    seen: ClassVar[list] = []
+
+    @harness.hookimpl
+    def register_config_blocks(self, register):
+        register(harness.ConfigBlock("counter", {"every": Param(int, default=3, low=1)},
+                                     off={"every": 1}))
+
+    @harness.hookimpl
+    def on_run_start(self, context):
+        _Counter.seen.append(context.config.get("counter"))
+
+
+def test_a_plugin_owns_its_config_block():
+    plugin = _Counter()
+    registry = harness.Registry(harness.make_plugin_manager([plugin]))
+    cfg = compose(["budget=2000", "counter.every=5"], quiet=True, registry=registry)
+    assert cfg.counter.every == 5
+    harness.run(cfg, plugins=[plugin])
+    assert _Counter.seen[-1] == {"every": 5}
+    with pytest.raises(harness.ConfigError, match=r"config key\(s\) \['counter'\]"):
+        harness.run(cfg)  # without the plugin, nobody owns the block
 
 
 def test_model_auto_carries_every_model_parameter():
@@ -189,6 +214,8 @@ def test_a_plugin_needs_no_yaml_and_may_ship_a_partial_one(tmp_path):
     ("p_player=nope", "p_player option", "nope"),
     ("dataset=breast_cancer,bostn", "dataset option", "bostn"),
     ("experiment=paper_cancr", "experiment preset", "paper_cancr"),
+    ("+experiment=nope", "experiment preset", "nope"),
+    ("hydra/launcher=nope", "hydra/launcher option", "nope"),
 ])
 def test_an_unknown_option_is_one_line_and_exit_2(run_cli, override, group, given):
     done = run_cli(override, "tracking.enabled=false")
@@ -199,3 +226,20 @@ def test_an_unknown_option_is_one_line_and_exit_2(run_cli, override, group, give
     assert "Available: [" in lines[0]
     if group == "p_player option":
         assert "'exp4mp'" in lines[0] and "'ftrl'" in lines[0]
+
+
+@pytest.mark.parametrize(("group", "name"), _cases())
+def test_constructor_defaults_equal_the_param_table(group, name):
+    # a class's __init__ defaults and its Param table are two copies of one fact;
+    # a constructor default that differs would make harness.build and the config
+    # disagree for a caller who bypasses the table
+    import inspect
+
+    cls = default_registry().get(GROUPS[group], name).cls
+    for key, parameter in inspect.signature(cls.__init__).parameters.items():
+        if key == "self" or parameter.default is inspect.Parameter.empty:
+            continue
+        assert key in cls.params, f"{cls.__qualname__}.__init__ takes '{key}', no Param declares it"
+        assert parameter.default == cls.params[key].default, (
+            f"{cls.__qualname__}: __init__ default {key}={parameter.default!r}, "
+            f"Param default {cls.params[key].default!r}")

@@ -49,12 +49,12 @@ import math
 import numpy as np
 from numba import njit
 
+from plugins.lib.capped import CAP_TOL  # the capping rule of every capped set
+
 #: children per tree node
 FANOUT = 16
 #: rebase when the largest weight falls below exp(-REBASE)
 REBASE = 200.0
-#: a row is capped when ``log(lam w_i) > log(kappa) + CAP_TOL`` (as ``plugins.lib.capped``)
-CAP_TOL = 1e-12
 
 
 def _layout(n: int) -> tuple[np.ndarray, np.ndarray]:
