@@ -10,11 +10,18 @@ groups them by algorithm (tag ``algorithm``), and writes
 * one PNG per metric: data points processed on a log x-axis, one line per
   algorithm (median over seeds) with the min-max band over seeds; the
   objective's figure draws the exact optimum (param ``opt``, where the runs
-  computed it) as a dashed horizontal line, and ``suboptimality.png`` plots
-  ``objective - OPT``;
+  computed it) as a dashed horizontal line, ``suboptimality.png`` and
+  ``relative_suboptimality.png`` plot ``objective - OPT`` and its ratio to
+  OPT; these three draw the trivial solution ``w = 0`` (params
+  ``trivial_objective``, ``trivial_relative_suboptimality``) as a dotted line;
 * ``summary.png``: the paper's figure layout, the task metric (accuracy or
   MSE of the k largest losses) on the left, the dual gap on the right;
 * ``final_values.md``: median, min and max over seeds of the final values;
+* where the runs know OPT, ``problems.md``: one row per algorithm and one
+  column per problem (data set and k), the median over seeds of the final
+  relative suboptimality, with a last row for ``w = 0``; and per data set
+  ``problem_<dataset>.png``: the relative suboptimality, one panel per k
+  (a cross-problem sweep such as ``experiment=problems``);
 
 and logs them as artifacts of a summary run (tag ``minimax_bench_report``)
 in the same experiment.
@@ -33,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 REPORT_TAG = "minimax_bench_report"
-CURVE_METRICS = ("dual_gap", "objective", "suboptimality", "accuracy", "topk_mse", "max_loss",
-                 "theory_bound")
+CURVE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality", "accuracy",
+                 "topk_mse", "max_loss", "theory_bound")
 TABLE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality",
                  "accuracy", "topk_mse", "max_loss",
                  "data_points", "rounds", "wall_time_s")
@@ -48,7 +55,9 @@ LABELS = {
     "suboptimality": "suboptimality (objective - OPT)",
     "relative_suboptimality": "relative suboptimality",
 }
-LOG_Y = {"dual_gap", "theory_bound", "topk_mse", "suboptimality"}
+LOG_Y = {"dual_gap", "theory_bound", "topk_mse", "suboptimality", "relative_suboptimality"}
+#: a trivial solution within this relative distance of OPT marks a nearly degenerate problem
+NEARLY_SOLVED = 0.05
 
 
 @dataclass
@@ -58,6 +67,12 @@ class Curves:
     runs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     #: the exact optimum of each run's problem (param ``opt``), where it was computed
     opt: dict[str, float] = field(default_factory=dict)
+    #: the objective of ``w = 0`` (param ``trivial_objective``), where OPT was known
+    trivial: dict[str, float] = field(default_factory=dict)
+    #: each run's problem, e.g. ``"yacht k=20"`` (data set and the k-set's k)
+    problem: dict[str, str] = field(default_factory=dict)
+    #: each run's data set and k, to order problems
+    where: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str, Curves]:
@@ -84,8 +99,16 @@ def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str,
                               np.array([m.value for m in history], dtype=float))
         label = f"{tags['algorithm']} s{tags.get('seed', '?')} {run.info.run_id[:8]}"
         grouped[tags["algorithm"]].runs[label] = histories
-        if "opt" in run.data.params:
-            grouped[tags["algorithm"]].opt[label] = float(run.data.params["opt"])
+        params = run.data.params
+        curves = grouped[tags["algorithm"]]
+        if "opt" in params:
+            curves.opt[label] = float(params["opt"])
+        if "trivial_objective" in params:
+            curves.trivial[label] = float(params["trivial_objective"])
+        dataset = tags.get("dataset", params.get("dataset.name", "?"))
+        k = params.get("constraint.k")
+        curves.problem[label] = dataset if k is None else f"{dataset} k={k}"
+        curves.where[label] = (dataset, int(k) if k is not None else 0)
     if not grouped:
         raise SystemExit(f"minimax-bench-report: error: no finished game runs in experiment "
                          f"{experiment!r}" + (f" matching {filter_string!r}" if filter_string
@@ -121,6 +144,12 @@ def _draw(ax, grouped: dict[str, Curves], metric: str) -> bool:
         for value in reference_lines(grouped):
             ax.axhline(value, color="black", linestyle="--", linewidth=1,
                        label=f"OPT = {value:.6g}")
+    if drawn and metric in TRIVIAL_METRICS:
+        for value in trivial_lines(grouped, metric):
+            if metric in LOG_Y and value <= 0:
+                continue
+            ax.axhline(value, color="grey", linestyle=":", linewidth=1.5,
+                       label=f"w = 0: {value:.4g}")
     if drawn:
         ax.set_xscale("log")
         if metric in LOG_Y:
@@ -140,6 +169,110 @@ def reference_lines(grouped: dict[str, Curves]) -> list[float]:
         if not distinct or not np.isclose(v, distinct[-1], rtol=1e-9, atol=0.0):
             distinct.append(v)
     return distinct
+
+
+TRIVIAL_METRICS = ("objective", "suboptimality", "relative_suboptimality")
+
+
+def trivial_values(curves: Curves, label: str) -> dict[str, float]:
+    """The trivial solution's objective, suboptimality and relative
+    suboptimality for one run (empty if the run did not record them)."""
+    if label not in curves.trivial or label not in curves.opt:
+        return {}
+    value, opt = curves.trivial[label], curves.opt[label]
+    out = {"objective": value, "suboptimality": value - opt}
+    if opt > 0:
+        out["relative_suboptimality"] = (value - opt) / opt
+    return out
+
+
+def trivial_lines(grouped: dict[str, Curves], metric: str) -> list[float]:
+    """The distinct values of ``metric`` at ``w = 0``, one per problem."""
+    values = sorted({trivial_values(c, label)[metric] for c in grouped.values()
+                     for label in c.trivial if metric in trivial_values(c, label)})
+    distinct: list[float] = []
+    for v in values:
+        if not distinct or not np.isclose(v, distinct[-1], rtol=1e-9, atol=0.0):
+            distinct.append(v)
+    return distinct
+
+
+def split_by_problem(grouped: dict[str, Curves]) -> dict[str, dict[str, Curves]]:
+    """``problem -> algorithm -> Curves`` (the runs of each problem), problems in
+    the order data set, then k."""
+    split: dict[str, dict[str, Curves]] = defaultdict(dict)
+    order: dict[str, tuple[str, int]] = {}
+    for algorithm, curves in grouped.items():
+        for label, history in curves.runs.items():
+            problem = curves.problem.get(label, "?")
+            order[problem] = curves.where.get(label, (problem, 0))
+            part = split[problem].setdefault(algorithm, Curves())
+            part.runs[label] = history
+            for attr in ("opt", "trivial", "problem", "where"):
+                source = getattr(curves, attr)
+                if label in source:
+                    getattr(part, attr)[label] = source[label]
+    return {p: split[p] for p in sorted(split, key=lambda p: order[p])}
+
+
+def problem_table(grouped: dict[str, Curves], metric: str = "relative_suboptimality") -> str:
+    """Markdown: one row per algorithm, one column per problem; each cell the
+    median over seeds of ``metric`` at the last checkpoint (and the number of
+    seeds if they differ); a last row for the trivial solution ``w = 0``."""
+    split = split_by_problem(grouped)
+    problems = list(split)
+    lines = ["| algorithm | " + " | ".join(problems) + " |",
+             "|---|" + "---|" * len(problems)]
+    for algorithm in sorted(grouped):
+        cells = []
+        for problem in problems:
+            curves = split[problem].get(algorithm)
+            last = np.array([] if curves is None else
+                            [h[metric][1][-1] for h in curves.runs.values() if metric in h])
+            cells.append("" if last.size == 0 else f"{np.median(last):.3g}")
+        lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
+    cells = []
+    for problem in problems:
+        values = [trivial_values(c, label).get(metric) for c in split[problem].values()
+                  for label in c.trivial]
+        values = [v for v in values if v is not None]
+        cell = "" if not values else f"{values[0]:.3g}"
+        if values and metric == "relative_suboptimality" and values[0] < NEARLY_SOLVED:
+            cell += " (!)"
+        cells.append(cell)
+    lines.append("| w = 0 (trivial) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (
+        f"\n\nmedian over seeds of {metric} at the last checkpoint; the last row is the "
+        "trivial solution w = 0; (!) marks a problem that w = 0 solves to within "
+        f"{100 * NEARLY_SOLVED:g} % of OPT (nearly degenerate: it barely separates "
+        "algorithms).\n")
+
+
+def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
+                    metric: str = "relative_suboptimality") -> list[Path]:
+    """``problem_<dataset>.png``: ``metric`` against data points, one panel per k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_dataset: dict[str, list[tuple[str, dict[str, Curves]]]] = defaultdict(list)
+    for problem, part in split_by_problem(grouped).items():
+        by_dataset[problem.split(" ")[0]].append((problem, part))
+    written = []
+    for dataset, panels in by_dataset.items():
+        fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+        drawn = [_draw(ax, part, metric) for ax, (_, part) in zip(axes[0], panels, strict=True)]
+        for ax, (problem, _) in zip(axes[0], panels, strict=True):
+            ax.set_title(problem)
+        if any(drawn):
+            fig.suptitle(f"{title}: {LABELS.get(metric, metric)} on {dataset}")
+            fig.tight_layout()
+            path = out / f"problem_{dataset}.png"
+            fig.savefig(path, dpi=120)
+            written.append(path)
+        plt.close(fig)
+    return written
 
 
 def figures(grouped: dict[str, Curves], out: Path, title: str) -> list[Path]:
@@ -223,6 +356,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     table.write_text(f"# {args.title or args.experiment}\n\n" + final_table(grouped))
     files.append(table)
     print(table.read_text())
+    if any(c.opt for c in grouped.values()):
+        cross = out / "problems.md"
+        cross.write_text(f"# {args.title or args.experiment}: relative suboptimality by "
+                         "problem\n\n" + problem_table(grouped))
+        files.append(cross)
+        files.extend(problem_figures(grouped, out, args.title or args.experiment))
+        print(cross.read_text())
     print(f"wrote {len(files)} files to {out}/")
     if not args.no_log:
         run_id = log_summary_run(args.tracking_uri, args.experiment, files)

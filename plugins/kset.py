@@ -5,10 +5,16 @@ so a draw from it is k distinct rows. ``<L, p>`` maximised over it is the
 average of the k largest losses (average top-k loss, empirical CVaR). The
 numerics (Algorithm 4, Algorithm 5, the Euclidean projection) are in
 ``plugins.lib.capped``.
+
+``level`` asks for k as a fraction of the data set's n instead: ``k = max(1,
+floor(level n))``, the superquantile (CVaR) at that level, e.g. ``level=0.5``
+for the DRO papers' k = n/2. One sweep then covers data sets of different n
+(``constraint.level=null,0.5``); the k used is recorded as ``constraint.k``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
@@ -33,14 +39,23 @@ class KSet:
         "sampler": Param(str, default="depround", choices=("depround", "systematic"),
                          doc="how an extreme point with mean p is drawn: DepRound "
                              "(Algorithm 5) or systematic sampling (Madow), same marginals"),
+        "level": Param(float, low=0.0, low_open=True, high=1.0, nullable=True,
+                       doc="if set, k = max(1, floor(level n)) in place of k "
+                           "(e.g. 0.5: the superquantile at level 0.5, k = n/2)"),
     }
 
-    def __init__(self, n: int, k: int = 20, sampler: str = "depround") -> None:
+    def __init__(self, n: int, k: int = 20, sampler: str = "depround",
+                 level: float | None = None) -> None:
         self.n = n
-        self.k = k
+        self.level = level
+        self.k = k if level is None else max(1, math.floor(level * n + 1e-9))
         self.sampler = sampler
-        self.ones_ = np.ones(k, dtype=np.int64)  # every draw's multiplicities
+        self.ones_ = np.ones(self.k, dtype=np.int64)  # every draw's multiplicities
         self.ones_.flags.writeable = False
+
+    def bind(self, dataset) -> dict[str, int] | None:
+        """The k derived from ``level`` (recorded as ``constraint.k``), if any."""
+        return None if self.level is None else {"k": self.k}
 
     def row_caps(self) -> np.ndarray:
         """Every row capped at ``1/k``."""

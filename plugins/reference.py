@@ -27,6 +27,13 @@ suboptimality / OPT``; if not, nothing is logged and ``opt_message`` says why.
 Since ``opt_lower <= OPT``, ``suboptimality >= -(opt - opt_lower)`` always.
 The command's end-of-run summary gains the final suboptimality and OPT (or
 why it is unavailable).
+
+The trivial solution as a second reference: when OPT is known, the params
+also gain ``trivial_objective``, the objective ``max_{p in K} <L(0), p>`` of
+``w = 0`` (every parameter, bias included, zero: where OGD starts), and
+``trivial_relative_suboptimality = (trivial_objective - OPT) / OPT``. The
+summary shows both, with a warning when the latter is below
+``NEARLY_SOLVED``: such a problem barely separates algorithms.
 """
 
 from __future__ import annotations
@@ -40,10 +47,13 @@ from typing import Any
 import numpy as np
 
 import harness
-from harness import ConfigError, Param
+from harness import ConfigError, Param, stream
 from harness.context import RunView
 from harness.params import validate
 from plugins.lib import optimum
+
+#: a trivial solution within this relative distance of OPT makes a problem nearly degenerate
+NEARLY_SOLVED = 0.05
 
 PARAMS: dict[str, Param] = {
     "exact": Param(str, default="auto", choices=("auto", "true", "false"),
@@ -125,6 +135,23 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
     return "solved", f"by {found.solver} in {found.solve_time_s:.2f} s, cached in {path}", found
 
 
+def trivial(parts: RunView, opt: float) -> dict[str, float]:
+    """Objective of ``w = 0`` and its relative suboptimality against ``opt``."""
+    X, y, model = parts.dataset.X, parts.dataset.y, parts.model
+    losses = stream.raw_losses(model, np.zeros(model.n_params), X, y) / model.scale_
+    value, _ = parts.constraint.lmo(losses)
+    out = {"trivial_objective": float(value)}
+    if opt > 0:
+        out["trivial_relative_suboptimality"] = (float(value) - opt) / opt
+    return out
+
+
+@harness.hookimpl
+def register_config_blocks(register):
+    register(harness.ConfigBlock("reference", PARAMS, off={"exact": "false"},
+                                 doc="the exact optimum OPT as a reference line"))
+
+
 @harness.hookimpl(tryfirst=True)
 def on_run_start(context):
     if context.config.get("reference") is None:
@@ -139,6 +166,8 @@ def on_run_start(context):
     if found is not None:
         context.params.update({"opt": found.value, "opt_lower": found.lower,
                                "opt_solver": found.solver})
+        context.state["reference"]["trivial"] = trivial(context.parts, found.value)
+        context.params.update(context.state["reference"]["trivial"])
 
 
 @harness.hookimpl
@@ -168,4 +197,20 @@ def summary_lines(context, status, metrics):
         text = (f"{found.value:.6g} ({found.solver}, {record['status']})" if found is not None
                 else f"unavailable ({record['status']}): {record['message']}")
         lines.append(("exact optimum OPT", text))
+        lines.extend(trivial_lines(record.get("trivial")))
     return lines or None
+
+
+def trivial_lines(values: dict[str, float] | None) -> list[tuple[str, str]]:
+    """Summary rows for the trivial solution, and the warning if it is nearly OPT."""
+    if not values:
+        return []
+    text = f"{values['trivial_objective']:.6g}"
+    rel = values.get("trivial_relative_suboptimality")
+    if rel is None:
+        return [("trivial solution w = 0", text)]
+    lines = [("trivial solution w = 0", f"{text} (relative suboptimality {rel:.3g})")]
+    if rel < NEARLY_SOLVED:
+        lines.append(("warning", f"this problem is nearly solved by w = 0 (within "
+                                 f"{100 * rel:.2g} % of OPT): it barely separates algorithms"))
+    return lines

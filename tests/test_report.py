@@ -71,3 +71,64 @@ def test_report_on_a_missing_experiment_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no experiment named 'nope'"):
         report.main(["--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--experiment", "nope",
                      "--out", str(tmp_path / "r")])
+
+
+def _curves(problem: str, where: tuple[str, int], finals: list[float], opt: float,
+            trivial: float) -> report.Curves:
+    c = report.Curves()
+    for seed, value in enumerate(finals):
+        label = f"s{seed}-{problem}"
+        steps = np.array([10.0, 100.0])
+        c.runs[label] = {"relative_suboptimality": (steps, np.array([1.0, value])),
+                         "objective": (steps, opt * (1 + np.array([1.0, value])))}
+        c.opt[label], c.trivial[label] = opt, trivial
+        c.problem[label], c.where[label] = problem, where
+    return c
+
+
+def _merge(*parts: report.Curves) -> report.Curves:
+    out = report.Curves()
+    for part in parts:
+        for attr in ("runs", "opt", "trivial", "problem", "where"):
+            getattr(out, attr).update(getattr(part, attr))
+    return out
+
+
+def test_problem_table_has_one_column_per_problem_and_a_row_for_w0():
+    grouped = {
+        "exp4mp": _merge(_curves("yacht k=20", ("yacht", 20), [0.1, 0.3, 0.2], 0.5, 1.0),
+                         _curves("boston k=253", ("boston", 253), [0.01, 0.03], 1.0, 1.002)),
+        "uniform": _curves("yacht k=20", ("yacht", 20), [0.7], 0.5, 1.0),
+    }
+    table = report.problem_table(grouped)
+    lines = table.splitlines()
+    assert lines[0] == "| algorithm | boston k=253 | yacht k=20 |"
+    assert lines[2] == "| exp4mp | 0.02 | 0.2 |"
+    assert lines[3] == "| uniform |  | 0.7 |"
+    # w = 0: (1.002 - 1) / 1 is within 5 % of OPT (flagged), (1 - 0.5) / 0.5 = 1 is not
+    assert lines[4] == "| w = 0 (trivial) | 0.002 (!) | 1 |"
+    split = report.split_by_problem(grouped)
+    assert list(split) == ["boston k=253", "yacht k=20"]
+    assert sorted(split["yacht k=20"]) == ["exp4mp", "uniform"]
+
+
+def test_trivial_solution_is_a_line_on_the_objective_and_suboptimality_figures(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grouped = {"exp4mp": _curves("yacht k=20", ("yacht", 20), [0.1, 0.3], 0.5, 1.0)}
+    assert report.trivial_lines(grouped, "objective") == [1.0]
+    assert report.trivial_lines(grouped, "suboptimality") == [0.5]
+    assert report.trivial_lines(grouped, "relative_suboptimality") == [1.0]
+    for metric, want in (("objective", 1.0), ("relative_suboptimality", 1.0)):
+        fig, ax = plt.subplots()
+        assert report._draw(ax, grouped, metric)
+        flat = [line.get_ydata()[0] for line in ax.get_lines()
+                if np.ptp(line.get_ydata()) == 0 and line.get_linestyle() == ":"]
+        assert flat == [want], metric
+        plt.close(fig)
+    written = report.problem_figures(grouped, tmp_path, "t")
+    assert [p.name for p in written] == ["problem_yacht.png"]
+    assert written[0].read_bytes().startswith(PNG)

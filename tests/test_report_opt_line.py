@@ -33,7 +33,8 @@ def test_report_draws_opt_and_tabulates_suboptimality(tmp_path, tracking_uri):
 
     fig, ax = plt.subplots()
     assert report._draw(ax, grouped, "objective")
-    flat = [line for line in ax.get_lines() if np.ptp(line.get_ydata()) == 0]
+    flat = [line for line in ax.get_lines()  # OPT dashed; w = 0 is the dotted line
+            if np.ptp(line.get_ydata()) == 0 and line.get_linestyle() == "--"]
     assert [line.get_ydata()[0] for line in flat] == [opts[0]]
     plt.close(fig)
 
