@@ -69,7 +69,7 @@ class Curves:
     opt: dict[str, float] = field(default_factory=dict)
     #: the objective of ``w = 0`` (param ``trivial_objective``), where OPT was known
     trivial: dict[str, float] = field(default_factory=dict)
-    #: each run's problem, e.g. ``"yacht k=20"`` (data set and the k-set's k)
+    #: each run's problem, e.g. ``"yacht minmax k=20"`` (data set, its preparation, k)
     problem: dict[str, str] = field(default_factory=dict)
     #: each run's data set and k, to order problems
     where: dict[str, tuple[str, int]] = field(default_factory=dict)
@@ -107,7 +107,12 @@ def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str,
             curves.trivial[label] = float(params["trivial_objective"])
         dataset = tags.get("dataset", params.get("dataset.name", "?"))
         k = params.get("constraint.k")
-        curves.problem[label] = dataset if k is None else f"{dataset} k={k}"
+        # the data set's preparation is part of the problem (yacht minmax and yacht
+        # standard are two problems with two optima)
+        prepared = " ".join(params[f"dataset.{key}"] for key in ("scale", "target")
+                            if f"dataset.{key}" in params)
+        name = f"{dataset} {prepared}" if prepared else dataset
+        curves.problem[label] = name if k is None else f"{name} k={k}"
         curves.where[label] = (dataset, int(k) if k is not None else 0)
     if not grouped:
         raise SystemExit(f"minimax-bench-report: error: no finished game runs in experiment "
@@ -212,7 +217,7 @@ def split_by_problem(grouped: dict[str, Curves]) -> dict[str, dict[str, Curves]]
                 source = getattr(curves, attr)
                 if label in source:
                     getattr(part, attr)[label] = source[label]
-    return {p: split[p] for p in sorted(split, key=lambda p: order[p])}
+    return {p: split[p] for p in sorted(split, key=lambda p: (order[p], p))}
 
 
 def problem_table(grouped: dict[str, Curves], metric: str = "relative_suboptimality") -> str:
@@ -351,18 +356,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     grouped = load(args.tracking_uri, args.experiment, args.filter)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    files = figures(grouped, out, args.title or args.experiment)
+    problems = split_by_problem(grouped)
+    title = args.title or args.experiment
+    if len(problems) == 1:
+        files = figures(grouped, out, title)
+        text = final_table(grouped)
+    else:  # curves of different problems are never pooled: per-problem figures below
+        files = []
+        text = "\n".join(f"## {problem}\n\n{final_table(part)}"
+                         for problem, part in problems.items())
     table = out / "final_values.md"
-    table.write_text(f"# {args.title or args.experiment}\n\n" + final_table(grouped))
+    table.write_text(f"# {title}\n\n" + text)
     files.append(table)
     print(table.read_text())
     if any(c.opt for c in grouped.values()):
         cross = out / "problems.md"
-        cross.write_text(f"# {args.title or args.experiment}: relative suboptimality by "
-                         "problem\n\n" + problem_table(grouped))
+        cross.write_text(f"# {title}: relative suboptimality by problem\n\n"
+                         + problem_table(grouped))
         files.append(cross)
-        files.extend(problem_figures(grouped, out, args.title or args.experiment))
+        files.extend(problem_figures(grouped, out, title))
         print(cross.read_text())
+    elif len(problems) > 1:
+        files.extend(problem_figures(grouped, out, title, metric="objective"))
     print(f"wrote {len(files)} files to {out}/")
     if not args.no_log:
         run_id = log_summary_run(args.tracking_uri, args.experiment, files)

@@ -9,7 +9,10 @@ import sys
 import numpy as np
 import pytest
 
+import harness
 from harness import report
+
+from conftest import game_cfg
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -132,3 +135,24 @@ def test_trivial_solution_is_a_line_on_the_objective_and_suboptimality_figures(t
     written = report.problem_figures(grouped, tmp_path, "t")
     assert [p.name for p in written] == ["problem_yacht.png"]
     assert written[0].read_bytes().startswith(PNG)
+
+
+def test_runs_of_two_preparations_of_one_data_set_are_two_problems(tmp_path):
+    # yacht min-max and yacht standardised have different optima: the report keeps
+    # them apart (two columns, two sections of final_values.md, no pooled figure)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for scale in ("minmax", "standard"):
+        harness.run(game_cfg("dataset=yacht", f"dataset.scale={scale}", "p_player=uniform",
+                             "budget=4000", "checkpoints=3", "tracking.enabled=true",
+                             f"tracking.uri={uri}", "tracking.experiment=prep",
+                             "reference.exact=true",
+                             f"reference.cache_dir={tmp_path / 'cache'}"))
+    out = tmp_path / "report"
+    assert report.main(["--tracking-uri", uri, "--experiment", "prep", "--out", str(out),
+                        "--no-log"]) == 0
+    header = (out / "problems.md").read_text().splitlines()[2]
+    assert header == "| algorithm | yacht minmax k=20 | yacht standard k=20 |"
+    sections = [line for line in (out / "final_values.md").read_text().splitlines()
+                if line.startswith("## ")]
+    assert sections == ["## yacht minmax k=20", "## yacht standard k=20"]
+    assert not (out / "objective.png").exists() and (out / "problem_yacht.png").exists()
