@@ -212,5 +212,6 @@ def trivial_lines(values: dict[str, float] | None) -> list[tuple[str, str]]:
     lines = [("trivial solution w = 0", f"{text} (relative suboptimality {rel:.3g})")]
     if rel < NEARLY_SOLVED:
         lines.append(("warning", f"this problem is nearly solved by w = 0 (within "
-                                 f"{100 * rel:.2g} % of OPT): it barely separates algorithms"))
+                                 f"{100 * rel:.2g} % of OPT, under {100 * NEARLY_SOLVED:g} %): "
+                                 "it barely separates algorithms"))
     return lines
