@@ -120,18 +120,12 @@ def check_unit_features(name: str, dataset: Any, model_name: str, model: Any) ->
     norm of the data itself (``plugins.models``)."""
     if not getattr(model, "needs_unit_features", False):
         return
-    start = 0
-    for Xc, _ in stream.row_chunks(dataset.X, dataset.y):
-        outside = (Xc < 0.0) | (Xc > 1.0)
-        if outside.any():
-            i, j = np.argwhere(outside)[0]
-            raise ConfigError(
-                f"The model '{model_name}' bounds its losses for features in [0, 1]; the "
-                f"data set '{name}' has X[{start + i}, {j}] = {Xc[i, j]} "
-                f"({int(outside.sum())} value(s) outside [0, 1] in rows {start}.."
-                f"{start + len(Xc) - 1}). Scale the features to [0, 1] (e.g. dataset=file "
-                "with dataset.scale=minmax) or choose another model.")
-        start += len(Xc)
+    where = stream.first_outside_unit(dataset.X)
+    if where is not None:
+        raise ConfigError(
+            f"The model '{model_name}' bounds its losses for features in [0, 1]; the data "
+            f"set '{name}' has {where}. Scale the features to [0, 1] (e.g. dataset=file "
+            "with dataset.scale=minmax) or choose another model.")
 
 
 @dataclass

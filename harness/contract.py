@@ -649,17 +649,12 @@ def _check_dataset(name: str, data: Any, built: str) -> None:
             f"0..n_classes-1; got dtype {y.dtype}: convert it (y.astype(np.int64))")
         assert isinstance(data.n_classes, int | np.integer) and data.n_classes >= 2, (
             f"{who}: n_classes must be an int >= 2 for classification; got {data.n_classes!r}")
+    where = stream.first_outside_unit(X)
+    assert where is None, (
+        f"{who}: features must be finite and lie in [0, 1]; got {where}. Scale each column "
+        "to [0, 1] (min-max) when the data set is built")
     start = 0
-    for Xc, yc in stream.row_chunks(X, y):
-        Xc = np.asarray(Xc, dtype=np.float64)
-        bad = ~(np.isfinite(Xc) & (Xc >= 0.0) & (Xc <= 1.0))
-        if bad.any():
-            i, j = np.argwhere(bad)[0]
-            raise AssertionError(
-                f"{who}: features must be finite and lie in [0, 1]; got X[{start + i}, {j}] = "
-                f"{Xc[i, j]} ({int(bad.sum())} value(s) outside in rows {start}.."
-                f"{start + len(Xc) - 1}). Scale each column to [0, 1] (min-max) when the "
-                "data set is built")
+    for _, yc in stream.row_chunks(X, y):
         yf = np.asarray(yc, dtype=np.float64)
         bad_y = ~np.isfinite(yf)
         if classes:

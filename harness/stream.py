@@ -54,6 +54,22 @@ def row_chunks(X: Any, y: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]
         yield np.asarray(X[s]), y[s]
 
 
+def first_outside_unit(X: Any) -> str | None:
+    """Where ``X`` first holds a value that is not finite or lies outside [0, 1],
+    in words (``"X[12, 3] = 1.7 (4 value(s) outside in rows 0..999)"``), read
+    in row chunks; None if every value is in [0, 1]."""
+    start = 0
+    for s in row_slices(X.shape[0], X.shape[1]):
+        Xc = np.asarray(X[s], dtype=np.float64)
+        bad = ~(np.isfinite(Xc) & (Xc >= 0.0) & (Xc <= 1.0))
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            return (f"X[{start + i}, {j}] = {Xc[i, j]} ({int(bad.sum())} value(s) outside "
+                    f"in rows {start}..{start + len(Xc) - 1})")
+        start += len(Xc)
+    return None
+
+
 def raw_losses(model: Any, w: np.ndarray, X: Any, y: np.ndarray) -> np.ndarray:
     """``model.raw_losses`` over all rows, chunk by chunk."""
     n, d = X.shape

@@ -212,3 +212,15 @@ def test_a_player_proposing_more_rows_than_it_declares_fails(with_broken_plugins
     with pytest.raises(AssertionError, match="4 rows proposed, rows_per_round declares 3"):
         contract.test_p_player_stays_in_the_set_and_proposes_valid_rows(
             "contract_overdraw", "kset")
+
+
+def test_a_data_set_with_features_outside_the_unit_interval_fails_its_check():
+    # negative control of the data-set check: one feature at 1.5 (row 7, column 1)
+    from harness.contract import ContractData
+
+    data = ContractData()
+    data.X[7, 1] = 1.5
+    with pytest.raises(AssertionError, match=r"lie in \[0, 1\]; got X\[7, 1\] = 1\.5"):
+        contract._check_dataset("contract_data", data, "as built")
+    data.X[7, 1] = 0.5
+    contract._check_dataset("contract_data", data, "as built")
