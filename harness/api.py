@@ -36,6 +36,9 @@ RUN_SWITCHES: dict[str, Param] = {
     "progress": Param(bool, default=True, doc="progress bar (on a terminal only)"),
     "resume": Param(bool, default=False, doc="continue from the last saved checkpoint"),
     "state_dir": Param(str, nullable=True, doc="saved game states and buffered checkpoints"),
+    "engine": Param(str, default="auto", choices=("auto", "compiled", "python"),
+                    doc="rounds in compiled calls (auto: when every component offers a "
+                        "compiled form) or in the Python loop; same numbers either way"),
 }
 
 
@@ -283,6 +286,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
         progress=progress,
         extra_metrics=lambda w_bar, losses: _merge(
             hook.checkpoint_metrics(context=context, w_bar=w_bar, losses=losses)),
+        engine=context.config.get("engine", RUN_SWITCHES["engine"].default),
     )
     if saved is not None:
         game.state = saved["state"]

@@ -346,7 +346,9 @@ def _game(p_name: str, c_name: str, seed: int):
            "p_player": {"name": p_name, **_params("p_player", p_name, N_ROWS)},
            "w_player": {"name": "ogd"}, "model": {"name": "auto"},
            "dataset": {"name": ContractData.name}, "seed": seed, "checkpoints": 3,
-           "tracking": {"enabled": False}}
+           "tracking": {"enabled": False},
+           # the suite watches the Python methods; a compiled form is checked against them
+           "engine": "python"}
     probe = harness.prepare({**cfg, "budget": 10**6}, REGISTRY)
     per_round = probe.parts.p_player.rows_per_round(probe.parts.constraint)
     return harness.prepare({**cfg, "budget": 300 * per_round}, REGISTRY)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import engine as engines
 from harness import stream
 from harness.params import ConfigError
 from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
@@ -20,6 +21,10 @@ _NUMERIC_ERRORS = (ValueError, ArithmeticError)
 
 #: metrics that measure time, not the game: they differ between runs of one seed
 TIMING_METRICS = ("wall_time_s", "checkpoint_time_s", "checkpoint_time_total_s")
+
+
+#: about how long one compiled call lasts: the delay before a signal is honoured
+CALL_SECONDS = 0.05
 
 
 class GuardError(RuntimeError):
@@ -80,6 +85,7 @@ class Game:
         on_checkpoint: Callable[[int, dict[str, float]], None] = lambda step, m: None,
         progress: Callable[[int], None] | None = None,
         extra_metrics: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None = None,
+        engine: str = "auto",
     ) -> None:
         self.parts = parts
         self.horizon = horizon
@@ -88,6 +94,12 @@ class Game:
         self.on_checkpoint = on_checkpoint
         self.progress = progress
         self.extra_metrics = extra_metrics
+        #: "auto" (compiled if every component offers a compiled form), "compiled", "python"
+        self.engine = engine
+        #: the path the last ``play`` took ("compiled" or "python") and, for
+        #: "python" under "auto", why
+        self.path: str | None = None
+        self.python_reason: str | None = None
         #: signals received (see ``harness.api``); the loop stops at the next round
         self.stop_requests: list[int] = []
         #: set when the first round starts (and while the run ends): from then on
@@ -96,6 +108,20 @@ class Game:
         self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
 
     def play(self) -> dict[str, float]:
+        """Play the rounds left up to the horizon, evaluating every checkpoint;
+        returns the last checkpoint's metrics."""
+        found = None if self.engine == "python" else engines.forms(self.parts)
+        if isinstance(found, engines.Forms):
+            self.path = "compiled"
+            return self._play_compiled(found)
+        if self.engine == "compiled":
+            raise ConfigError(f"engine=compiled: {found}; use engine=auto (or python) "
+                              "to play it on the Python loop.")
+        self.path, self.python_reason = "python", found
+        return self._play_python()
+
+    def _play_python(self) -> dict[str, float]:
+        """The Python loop: one call per component per round (Algorithm 1)."""
         parts, state = self.parts, self.state
         X, y = parts.dataset.X, parts.dataset.y
         propose, observe = parts.p_player.propose, parts.p_player.observe
@@ -156,6 +182,77 @@ class Game:
         state.rounds = self.horizon
         state.wall_time = time.perf_counter() - t0
         return state.last_metrics
+
+    def _play_compiled(self, forms: engines.Forms) -> dict[str, float]:
+        """The rounds in compiled calls (``harness.engine``): each call plays up
+        to the next checkpoint, or fewer rounds so that it lasts about
+        ``CALL_SECONDS``, after which a pending signal is honoured (a compiled
+        call cannot be interrupted)."""
+        parts, state = self.parts, self.state
+        play = engines.driver(forms.p_player.kernels, forms.model.kernels,
+                              forms.w_player.kernels)
+        # rows are read whole: a C-ordered copy of in-memory features (a memory map is
+        # C-ordered already, see engines.forms)
+        X, y = np.ascontiguousarray(parts.dataset.X), np.ascontiguousarray(parts.dataset.y)
+        args = (self.rng, X, y, state.a_sum, forms.p_player.state, forms.constraint.state,
+                forms.model.state, forms.w_player.state)
+        info = np.array([0, 0, state.data_points], dtype=np.int64)
+        pending = [int(r) for r in self.checkpoints if r > state.rounds]
+        stride = max(1, self.horizon // 200)
+        t0 = time.perf_counter() - state.wall_time
+        stop = self.stop_requests
+        self.started = True
+        first, calls, per_round = state.rounds + 1, 0, None
+        while first <= self.horizon:
+            if stop:
+                raise KeyboardInterrupt(f"signal {stop[0]} before round {first}")
+            while pending and pending[0] < first:
+                pending.pop(0)
+            last = pending[0] if pending else self.horizon
+            # the first calls are short (the first may compile); then about CALL_SECONDS each
+            most = 64 if per_round is None else max(1, int(CALL_SECONDS / per_round))
+            last = min(last, first + most - 1)
+            began = time.perf_counter()
+            try:
+                code, rows, values = play(first, last, *args, info)
+            except ConfigError:
+                raise
+            except _NUMERIC_ERRORS as err:
+                forms.store()
+                phase = engines.PHASES.get(int(info[1]), "a round")
+                raise self._failed(phase, int(info[0]), err) from err
+            finally:
+                state.data_points = int(info[2])
+            forms.store()
+            if code != engines.DONE:
+                self._compiled_failure(code, int(info[0]), rows, values)
+            calls += 1
+            if calls > 1:  # the first call's time includes loading the compiled code
+                per_round = max((time.perf_counter() - began) / (last - first + 1), 1e-9)
+            if pending and last == pending[0]:
+                pending.pop(0)
+                state.rounds = last
+                state.wall_time = time.perf_counter() - t0
+                metrics = self.evaluate()
+                self.on_checkpoint(state.data_points, metrics)
+            if self.progress is not None and (last // stride) > ((first - 1) // stride):
+                self.progress(last)
+            first = last + 1
+        state.rounds = self.horizon
+        state.wall_time = time.perf_counter() - t0
+        return state.last_metrics
+
+    def _compiled_failure(self, code: int, t: int, rows: np.ndarray,
+                          values: np.ndarray) -> None:
+        """The ``GuardError`` the Python loop raises for the same failure."""
+        name = self.parts.names.get("p_player")
+        if code == engines.BAD_LOSS:
+            self._bad_losses(t, self.parts.w_player.w, rows, values)
+        if code == engines.BAD_WEIGHTS:
+            raise GuardError(f"p-player '{name}' gave non-finite batch weights at round "
+                             f"{t}: {values!r}.")
+        raise GuardError(f"p-player '{name}' gave a non-finite action a_t at round {t}: "
+                         f"{values!r}.")
 
     def evaluate(self) -> dict[str, float]:
         """Metrics at the current round: certified dual gap, objective, task metrics,

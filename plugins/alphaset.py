@@ -24,7 +24,14 @@ import numpy as np
 
 import harness
 from harness import ConfigError, Draw, Param
-from plugins.lib.capped import alpha_kl_projection, capped_simplex_euclidean, multiset_round
+from harness.engine import Compiled
+from plugins.lib.capped import (
+    CAPPED_SET,
+    alpha_kl_projection,
+    capped_set_state,
+    capped_simplex_euclidean,
+    multiset_round,
+)
 
 #: ways to give the caps ``k alpha_i`` (the keys of the ``caps`` mapping)
 CAP_SOURCES = ("rows", "file", "column", "by_group")
@@ -298,6 +305,14 @@ class AlphaSet:
         rows, mult = multiset_round(np.asarray(p, dtype=np.float64) * self.k, self._caps(),
                                     self.k, rng)
         return Draw(rows, mult)
+
+    def compiled(self) -> Compiled:
+        """The compiled form (``harness.engine``): the capped simplex with caps
+        ``alpha`` and the multiset draw (``plugins.lib.capped.capped_set_state``);
+        the single point ``alpha`` when the caps sum to 1."""
+        caps = self._caps()
+        return Compiled(CAPPED_SET, capped_set_state(self.alpha, self.k, "multiset",
+                                                     int(caps.sum()) == self.k))
 
     def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:
         p = np.asarray(p)

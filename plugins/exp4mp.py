@@ -7,10 +7,16 @@ import math
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 import harness
-from harness import Param, Proposal
-from plugins.lib.capped import needs_row_caps
+from harness import Compiled, Param, Proposal
+from plugins.lib.capped import (
+    CAPPED_SET,
+    capped_set_project,
+    capped_set_sample,
+    needs_row_caps,
+)
 
 
 class Exp4MP:
@@ -159,6 +165,17 @@ class Exp4MP:
         self._refresh()
         return None
 
+    def compiled(self, constraint: Compiled | None) -> Compiled | None:
+        """The compiled form (``harness.engine``) on a capped simplex:
+        ``exp4mp_propose``/``exp4mp_observe`` on ``(log_w, p, capped, eta,
+        gamma, confidence coefficient, confidence on all rows)``, the arrays
+        changed in place; None on any other set."""
+        if constraint is None or constraint.kernels != CAPPED_SET:
+            return None
+        state = (self.log_w_, self.p_, self.capped_, float(self.eta_), float(self.gamma_),
+                 float(self.conf_), self.confidence == "all")
+        return Compiled("plugins.exp4mp:exp4mp", state)
+
     def regret_bound(self, rounds: int) -> float | None:
         """The EXP4.MP regret theorem (``th:EXP4.MP``, Appendix C) after
         ``rounds`` rounds at the parameters in use, in game units (class
@@ -174,6 +191,48 @@ class Exp4MP:
             return None
         return (beta * t + math.log(n / k) / eta + eps * n * t / k
                 + 2 * eta * eps * eps * n * n * t / (k * k * gamma) + a / eps)
+
+
+@njit(cache=True)
+def exp4mp_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``Exp4MP.propose``: a draw with mean ``p_t`` (Line 11); batch weights ``m / k``."""
+    rows, mult = capped_set_sample(ks, ps[1], rng)
+    k = ks[2]
+    weights = np.empty(rows.size)
+    for j in range(rows.size):
+        weights[j] = mult[j] / k
+    return rows, weights
+
+
+@njit(cache=True)
+def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``Exp4MP.observe`` (Lines 12-15 and the next round's Lines 3-10): the same
+    updates in the same order; the multiplicities are ``k`` times the weights."""
+    log_w, p, capped, eta, gamma, conf, all_rows = ps
+    k = ks[2]
+    n = p.size
+    if all_rows:
+        c = eta * conf
+        for i in range(n):
+            if not capped[i]:
+                log_w[i] += c * (1.0 / (k * p[i]))
+    for j in range(rows.size):
+        i = rows[j]
+        if capped[i]:
+            continue
+        inv = 1.0 / (k * p[i])
+        m = np.rint(weights[j] * k)
+        gain = eta * losses[j] * inv * m
+        if not all_rows:
+            gain += (eta * conf) * (m * inv)
+        log_w[i] += gain
+    top = log_w.max()
+    for i in range(n):
+        log_w[i] -= top
+    new_p, new_capped = capped_set_project(ks, log_w, gamma)
+    p[:] = new_p
+    capped[:] = new_capped
+    return weights, rows, weights
 
 
 @harness.hookimpl

@@ -21,8 +21,11 @@ import numpy as np
 
 import harness
 from harness import Draw, Param
+from harness.engine import Compiled
 from plugins.lib.capped import (
+    CAPPED_SET,
     capped_kl_projection,
+    capped_set_state,
     capped_simplex_euclidean,
     depround,
     systematic,
@@ -96,6 +99,16 @@ class KSet:
         DepRound (Algorithm 5) or systematic sampling, as ``sampler`` says."""
         draw = systematic if self.sampler == "systematic" else depround
         return Draw(draw(p, self.k, rng), self.ones_)
+
+    def compiled(self) -> Compiled:
+        """The compiled form (``harness.engine``): the capped simplex with every cap
+        1/k, drawn by this set's sampler (``plugins.lib.capped.capped_set_state``)."""
+        return Compiled(CAPPED_SET, capped_set_state(self.row_caps(), self.k,
+                                                     self.compiled_sampler, False))
+
+    @property
+    def compiled_sampler(self) -> str:
+        return self.sampler
 
     def contains(self, p: np.ndarray, atol: float = 1e-9) -> bool:
         p = np.asarray(p)

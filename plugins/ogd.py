@@ -6,9 +6,11 @@ import math
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 import harness
 from harness import Param
+from harness.engine import Compiled
 
 
 class OGD:
@@ -72,10 +74,47 @@ class OGD:
             w *= self.radius / norm
         self.w_ = w
 
+    def compiled(self) -> Compiled:
+        """The compiled form (``harness.engine``): ``ogd_step`` on
+        ``(w, w_sum, [rounds], lr, radius)``, ``w`` changed in place."""
+        self.w_ = np.ascontiguousarray(self.w_, dtype=np.float64)
+        state = (self.w_, self.w_sum_, np.array([self.rounds_], dtype=np.int64),
+                 float(self.lr_), float(self.radius))
+
+        def store(state) -> None:
+            self.rounds_ = int(state[2][0])
+
+        return Compiled("plugins.ogd:ogd", state, store)
+
     def regret_bound(self, rounds: int) -> float | None:
         """``B^2 / (2s) + s G^2 t / 2`` after ``t = rounds`` rounds (class docstring)."""
         B, s, G = self.radius, self.lr_, self.grad_bound_
         return B * B / (2 * s) + s * G * G * rounds / 2
+
+
+@njit(cache=True)
+def ogd_iterate(ws):  # pragma: no cover - compiled
+    """The current iterate ``w_t``."""
+    return ws[0]
+
+
+@njit(cache=True)
+def ogd_step(ws, grad):  # pragma: no cover - compiled
+    """``OGD.step``: add ``w_t`` to the sum, step, project onto the ball."""
+    w, w_sum, rounds, lr, radius = ws
+    d = w.size
+    for i in range(d):
+        w_sum[i] += w[i]
+    rounds[0] += 1
+    sq = 0.0
+    for i in range(d):
+        w[i] = w[i] - lr * grad[i]
+        sq += w[i] * w[i]
+    norm = np.sqrt(sq)
+    if norm > radius:
+        f = radius / norm
+        for i in range(d):
+            w[i] *= f
 
 
 @harness.hookimpl

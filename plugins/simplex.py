@@ -25,6 +25,9 @@ class Simplex(KSet):
     def __init__(self, n: int) -> None:
         super().__init__(n, k=1, sampler="systematic")
 
+    #: the compiled draw (``plugins.lib.capped.capped_set_sample``): this ``sample``
+    compiled_sampler: ClassVar[str] = "categorical"
+
     def sample(self, p: np.ndarray, rng: np.random.Generator) -> Draw:
         cdf = np.cumsum(p)
         i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))

@@ -410,3 +410,135 @@ def needs_sets_of_k_rows(constraint: Any) -> str | None:
                 + ("no row caps" if caps is None else f"a cap of {float(np.max(caps)):.6g} "
                    f"> 1/k = {1.0 / constraint.k:.6g}"))
     return None
+
+
+# ---------------------------------------------------------------------------
+# compiled form of a capped simplex (the round engine, ``harness.engine``)
+# ---------------------------------------------------------------------------
+
+#: the ``sampler`` words the compiled draw knows, and their codes in ``capped_set_state``
+SAMPLER_CODES = {"depround": 0, "systematic": 1, "multiset": 2, "categorical": 3}
+
+#: the ``kernels`` reference of every capped simplex's compiled form
+CAPPED_SET = "plugins.lib.capped:capped_set"
+
+
+def capped_set_state(caps: np.ndarray, k: int, sampler: str, point: bool) -> tuple:
+    """The state tuple of the compiled capped simplex ``{0 <= p_i <= caps_i,
+    sum p = 1}`` drawn by ``sampler`` (a key of ``SAMPLER_CODES``; "categorical"
+    is the simplex's inverse-CDF draw). ``point``: the set is the single point
+    ``caps`` (every row capped by any projection).
+
+    Layout: ``(caps, log_caps, k, sampler code, point, kappa, log_kappa,
+    cached_gamma, integer caps k c_i)``; ``kappa``/``log_kappa`` hold the caps
+    before mixing for the gamma in ``cached_gamma[0]`` (computed on first use)."""
+    caps = np.ascontiguousarray(caps, dtype=np.float64)
+    return (caps, np.log(caps), np.int64(k), np.int64(SAMPLER_CODES[sampler]),
+            np.bool_(point), np.empty(caps.size), np.empty(caps.size),
+            np.full(1, np.nan), np.rint(caps * k).astype(np.int64))
+
+
+@njit(cache=True)
+def capped_set_project(ks, log_w, gamma):  # pragma: no cover - compiled
+    """``K.project(log_w, gamma, log_domain=True, return_capped=True)`` of the
+    k-set, the simplex and the alpha-set: the KL projection onto the caps
+    before mixing, ``kappa_i = (c_i - gamma/n) / (1 - gamma)``, then mixing
+    with the uniform distribution at rate gamma; capped rows end at ``c_i``.
+    Same arithmetic as the Python path (``capped_kl_projection``,
+    ``alpha_kl_projection``). Raises ValueError where they do."""
+    caps, k, point = ks[0], ks[2], ks[4]
+    kappa, log_kappa, cached = ks[5], ks[6], ks[7]
+    n = caps.size
+    if not (0.0 <= gamma < 1.0):
+        raise ValueError("gamma must be in [0, 1)")
+    if point:
+        return caps.copy(), np.ones(n, dtype=np.bool_)
+    if cached[0] != gamma:
+        for i in range(n):
+            kappa[i] = (caps[i] - gamma / n) / (1.0 - gamma)
+            log_kappa[i] = np.log(kappa[i])
+        cached[0] = gamma
+    if n * kappa[0] <= 1.0 + 1e-12 and ks[3] != 2:  # the k-set with k = n: the point 1/n
+        return caps.copy(), np.ones(n, dtype=np.bool_)
+    q, capped, feasible = kl_projection_row_caps(log_w, kappa, log_kappa)
+    if not feasible:
+        raise ValueError("the KL projection onto the capped simplex has too few rows "
+                         "with positive weight")
+    p = np.empty(n)
+    for i in range(n):
+        p[i] = caps[i] if capped[i] else (1.0 - gamma) * q[i] + gamma / n
+    return p, capped
+
+
+@njit(cache=True)
+def _systematic_core(p, k, u):  # pragma: no cover - compiled
+    """``systematic_rows(k p, k, u)``: k rows, -1 first if two coincide."""
+    n = p.size
+    out = np.empty(k, dtype=np.int64)
+    cum = 0.0
+    j = 0
+    for i in range(n):
+        cum += p[i] * k
+        while j < k and cum > u + j:
+            out[j] = i
+            j += 1
+    while j < k:
+        out[j] = n - 1
+        j += 1
+    for j in range(1, k):
+        if out[j] <= out[j - 1]:
+            out[0] = -1
+    return out
+
+
+@njit(cache=True)
+def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
+    """``K.sample(p, rng)`` of the k-set, the simplex and the alpha-set: the
+    same law and the same uniforms from ``rng``, in the same order, as the
+    Python path; returns ``(rows, multiplicities)``."""
+    k, code = ks[2], ks[3]
+    n = p.size
+    if code == 0:  # DepRound: n coins drawn up front
+        x = np.empty(n)
+        for i in range(n):
+            x[i] = p[i] * k
+        rows = depround_core(x, rng.random(n), k)
+        if rows[0] < 0:
+            raise ValueError("DepRound did not end with exactly k rows: p must lie in S_n,k")
+        return rows, np.ones(k, dtype=np.int64)
+    if code == 1:  # systematic: one offset, redrawn (at most 4 times) on a repeated row
+        for _ in range(4):
+            rows = _systematic_core(p, k, rng.random())
+            if rows[0] >= 0:
+                return rows, np.ones(k, dtype=np.int64)
+        raise ValueError("Systematic sampling did not give k distinct rows: p must lie in S_n,k")
+    if code == 2:  # the alpha-set's multiset
+        kp = np.empty(n)
+        for i in range(n):
+            kp[i] = p[i] * k
+        rows, mult, r = multiset_round_core(kp, ks[8], rng.random(n), k)
+        if r < 0 or (rows.size > 0 and rows[0] < 0):
+            raise ValueError("The multiset sampler needs k p to sum to k: p must lie in "
+                             "the alpha-set")
+        return rows, mult
+    # categorical (the simplex): inverse CDF at u * total
+    total = 0.0
+    for i in range(n):
+        total += p[i]
+    target = rng.random() * total
+    cum = 0.0
+    row = n - 1
+    for i in range(n):
+        cum += p[i]
+        if cum > target:
+            row = i
+            break
+    out = np.empty(1, dtype=np.int64)
+    out[0] = row
+    return out, np.ones(1, dtype=np.int64)
+
+
+@njit(cache=True)
+def capped_set_euclidean(ks, v):  # pragma: no cover - compiled
+    """``K.euclidean_project(v)`` of the k-set, the simplex and the alpha-set."""
+    return euclidean_projection_row_caps(v, ks[0])
