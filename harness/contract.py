@@ -340,11 +340,13 @@ def _player_cases() -> list[Any]:
     return cases or _none_to_check("a p-player", 2)
 
 
-def _game(p_name: str, c_name: str, seed: int):
+def _game(p_name: str, c_name: str, seed: int, w_name: str = "ogd", m_name: str = "auto"):
     c_params = {k: v for k, v in _params("constraint_set", c_name, N_ROWS).items() if k != "n"}
+    w_params = _params("w_player", w_name, N_ROWS) if w_name != "ogd" else {}
+    m_params = _params("model", m_name, N_ROWS) if m_name != "auto" else {}
     cfg = {"constraint": {"name": c_name, **c_params},
            "p_player": {"name": p_name, **_params("p_player", p_name, N_ROWS)},
-           "w_player": {"name": "ogd"}, "model": {"name": "auto"},
+           "w_player": {"name": w_name, **w_params}, "model": {"name": m_name, **m_params},
            "dataset": {"name": ContractData.name}, "seed": seed, "checkpoints": 3,
            "tracking": {"enabled": False},
            # the suite watches the Python methods; a compiled form is checked against them
@@ -524,6 +526,56 @@ def test_p_player_is_deterministic_under_a_seed(name, constraint):
         runs[0][1], runs[1][1],
         err_msg=f"p-player '{name}' on {constraint}: two games under seed 9 end with "
                 f"different p_t{fix}")
+
+
+def _compiled_cases() -> list[Any]:
+    """(p-player, set, w-player, model) games in which a selected component
+    offers a compiled form: each p-player on each set it accepts, and each
+    w-player and model with the built-in EXP4.MP on the k-set."""
+    cases = [(p, c, "ogd", "auto") for p, c in _player_cases() if p != "<none>"]
+    cases += [("exp4mp", "kset", w, "auto") for w in _selected("w_player")]
+    cases += [("exp4mp", "kset", "ogd", m) for m in _selected("model")
+              if getattr(REGISTRY.get("model", m).cls, "task", "classification")
+              == "classification"]
+    return cases or _none_to_check("a component", 4)
+
+
+@pytest.mark.parametrize(("name", "constraint", "w_player", "model"), _compiled_cases())
+def test_a_compiled_form_gives_the_numbers_of_the_python_methods(name, constraint, w_player,
+                                                                 model):
+    # seed 11: where every component of the game offers a compiled form
+    # (harness.engine), the compiled path and the Python loop must give the
+    # same metrics at every checkpoint and the same final p_t, to 1e-12
+    # absolute (the kernels draw the same uniforms from rng as the methods)
+    from harness import engine
+    from harness.game import Game
+
+    runs = {}
+    for path in ("python", "compiled"):
+        prep = _game(name, constraint, 11, w_player, model)
+        found = engine.forms(prep.parts)
+        if not isinstance(found, engine.Forms):
+            pytest.skip(f"no compiled path: {found}")
+        seen: list[dict[str, float]] = []
+        game = Game(prep.parts, prep.horizon, np.random.default_rng(11), prep.checkpoints,
+                    on_checkpoint=lambda step, metrics, seen=seen: seen.append(dict(metrics)),
+                    engine=path)
+        game.play()
+        runs[path] = (seen, np.array(prep.parts.p_player.p))
+    where = (f"p-player '{name}' on {constraint}, w-player '{w_player}', model '{model}', "
+             "compiled path against the Python loop")
+    (slow, p_slow), (fast, p_fast) = runs["python"], runs["compiled"]
+    assert len(slow) == len(fast), f"{where}: {len(fast)} checkpoints, not {len(slow)}"
+    for a, b in zip(slow, fast, strict=True):
+        for key in a:
+            if key in TIMING_METRICS:
+                continue
+            assert abs(a[key] - b.get(key, np.nan)) <= 1e-12, (
+                f"{where}: {key} = {b.get(key)} at {int(a['data_points'])} data points, "
+                f"{a[key]} on the Python loop; the kernels must reproduce the methods and "
+                "draw the same uniforms from rng")
+    np.testing.assert_allclose(p_fast, p_slow, rtol=0, atol=1e-12,
+                               err_msg=f"{where}: the final p_t differs")
 
 
 # ---------------------------------------------------------------- w-players

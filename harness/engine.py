@@ -211,6 +211,13 @@ class Forms(NamedTuple):
                 form.store(form.state)
 
 
+def _replaced_methods(component: Any) -> list[str]:
+    """Names of the class's methods that ``component`` overrides on the instance."""
+    cls = type(component)
+    return sorted(name for name, value in vars(component).items()
+                  if callable(value) and callable(getattr(cls, name, None)))
+
+
 def forms(parts: Any) -> Forms | str:
     """The compiled forms of ``parts`` (``harness.game.Components``), or why the
     run takes the Python loop (the first component without one)."""
@@ -219,6 +226,11 @@ def forms(parts: Any) -> Forms | str:
             and (X.flags.c_contiguous or not isinstance(X, np.memmap))):
         return (f"data set '{parts.names.get('dataset')}' does not hold its features as a "
                 "float64 array (in memory, or a C-ordered memory map)")
+    for kind in ("constraint", "model", "w_player", "p_player"):
+        replaced = _replaced_methods(getattr(parts, kind))
+        if replaced:  # a wrapper (a test's, a profiler's) would be bypassed
+            return (f"{kind.replace('_', '-')} '{parts.names.get(kind)}' has methods replaced "
+                    f"on the instance ({', '.join(replaced)})")
     found = {}
     for kind in ("constraint", "model", "w_player"):
         make = getattr(getattr(parts, kind), "compiled", None)

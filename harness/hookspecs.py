@@ -52,17 +52,24 @@ def register_constraint_sets(register: Register) -> None:
 
 @hookspec
 def register_p_players(register: Register) -> None:
-    """Register p-player classes (``harness.protocols.PPlayer``)."""
+    """Register p-player classes (``harness.protocols.PPlayer``). A class may
+    also offer a compiled form, ``compiled(constraint_form) -> harness.Compiled
+    | None`` with kernels ``<prefix>_propose`` and ``<prefix>_observe``
+    (``harness.engine``; docs/plugins.md, "A compiled form")."""
 
 
 @hookspec
 def register_w_players(register: Register) -> None:
-    """Register w-player classes (``harness.protocols.WPlayer``)."""
+    """Register w-player classes (``harness.protocols.WPlayer``); optional
+    compiled form ``compiled() -> harness.Compiled`` with kernels
+    ``<prefix>_iterate`` and ``<prefix>_step`` (``harness.engine``)."""
 
 
 @hookspec
 def register_models(register: Register) -> None:
-    """Register model (loss) classes (``harness.protocols.Model``)."""
+    """Register model (loss) classes (``harness.protocols.Model``); optional
+    compiled form ``compiled() -> harness.Compiled`` with kernels
+    ``<prefix>_losses`` and ``<prefix>_grad`` (``harness.engine``)."""
 
 
 @hookspec

@@ -12,9 +12,12 @@ from numba import njit
 import harness
 from harness import Compiled, Param, Proposal
 from plugins.lib.capped import (
+    CAP_TOL,
     CAPPED_SET,
-    capped_set_project,
+    capped_set_kappa,
     capped_set_sample,
+    capped_set_state,
+    kl_projection_row_caps,
     needs_row_caps,
 )
 
@@ -132,13 +135,16 @@ class Exp4MP:
         caps = constraint.row_caps()  # th:EXP4.MP is proven on S_{n,k} only
         self.proven_ = caps is not None and bool(np.all(caps == 1.0 / k))
         self.log_w_ = np.zeros(n)
-        self._refresh()
+        self.weights_ = np.ones(n)  # exp(log_w - ref), kept in step with log_w
+        self.p_ = np.empty(n)
+        self.capped_ = np.zeros(n, dtype=bool)
+        self.state_ = (self.log_w_, self.weights_, np.zeros(1), self.p_, self.capped_,
+                       np.zeros(1, dtype=np.int64), float(self.eta_), float(self.gamma_),
+                       float(self.conf_), self.confidence == "all")
+        self.set_state_ = capped_set_state(caps, k, "depround",
+                                           abs(float(caps.sum()) - 1.0) <= 1e-12)
+        exp4mp_project(self.state_, self.set_state_, True)
         return {"eta": self.eta_, "gamma": self.gamma_, "c": self.c_, "delta": self.delta}
-
-    def _refresh(self) -> None:
-        self.p_, self.capped_ = self.constraint_.project(
-            self.log_w_, self.gamma_, log_domain=True, return_capped=True
-        )
 
     @property
     def p(self) -> np.ndarray:
@@ -149,32 +155,19 @@ class Exp4MP:
         return Proposal(self.rows_, self.mult_ / self.constraint_.k)
 
     def observe(self, losses: np.ndarray) -> None:
-        k, rows, p = self.constraint_.k, self.rows_, self.p_
-        inv_kp = 1.0 / (k * p)
-        free = ~self.capped_[rows]
-        sampled = rows[free]
-        mult = self.mult_[free]
-        gain = self.eta_ * losses[free] * inv_kp[sampled] * mult
-        if self.confidence == "all":
-            uncapped = ~self.capped_
-            self.log_w_[uncapped] += (self.eta_ * self.conf_) * inv_kp[uncapped]
-        else:
-            gain += (self.eta_ * self.conf_) * (mult * inv_kp[sampled])
-        self.log_w_[sampled] += gain
-        self.log_w_ -= self.log_w_.max()
-        self._refresh()
+        """Lines 12-15 and the next round's projection (Lines 3-10), in
+        ``exp4mp_observe``, the kernel the compiled path runs too."""
+        exp4mp_observe(self.state_, self.set_state_, self.rows_, self.mult_ / self.constraint_.k,
+                       np.ascontiguousarray(losses, dtype=np.float64))
         return None
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``) on a capped simplex:
-        ``exp4mp_propose``/``exp4mp_observe`` on ``(log_w, p, capped, eta,
-        gamma, confidence coefficient, confidence on all rows)``, the arrays
-        changed in place; None on any other set."""
+        ``exp4mp_propose`` and ``exp4mp_observe`` (the Python ``observe``
+        runs it too) on the player's state; None on any other set."""
         if constraint is None or constraint.kernels != CAPPED_SET:
             return None
-        state = (self.log_w_, self.p_, self.capped_, float(self.eta_), float(self.gamma_),
-                 float(self.conf_), self.confidence == "all")
-        return Compiled("plugins.exp4mp:exp4mp", state)
+        return Compiled("plugins.exp4mp:exp4mp", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """The EXP4.MP regret theorem (``th:EXP4.MP``, Appendix C) after
@@ -196,7 +189,7 @@ class Exp4MP:
 @njit(cache=True)
 def exp4mp_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Exp4MP.propose``: a draw with mean ``p_t`` (Line 11); batch weights ``m / k``."""
-    rows, mult = capped_set_sample(ks, ps[1], rng)
+    rows, mult = capped_set_sample(ks, ps[3], rng)
     k = ks[2]
     weights = np.empty(rows.size)
     for j in range(rows.size):
@@ -204,18 +197,46 @@ def exp4mp_propose(ps, ks, rng):  # pragma: no cover - compiled
     return rows, weights
 
 
+#: rounds after which the weights are recomputed from the log-weights
+REFRESH_ROUNDS = 4096
+
+
+@njit(cache=True)
+def _exp_small(d):  # pragma: no cover - compiled
+    """``exp(d)``: a degree-4 Taylor polynomial for ``|d| < 1e-3`` (the rest,
+    ``d^5/120``, is below 1e-17 relative: within rounding of ``exp``)."""
+    if -1e-3 < d < 1e-3:
+        return 1.0 + d * (1.0 + d * (0.5 + d * (1.0 / 6.0 + d * (1.0 / 24.0))))
+    return np.exp(d)
+
+
 @njit(cache=True)
 def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
-    """``Exp4MP.observe`` (Lines 12-15 and the next round's Lines 3-10): the same
-    updates in the same order; the multiplicities are ``k`` times the weights."""
-    log_w, p, capped, eta, gamma, conf, all_rows = ps
+    """``Exp4MP.observe``: Lines 12-15 of Algorithm 2, then the next round's
+    projection (Lines 3-10, ``exp4mp_project``). The multiplicities are ``k``
+    times the batch weights.
+
+    The log-weights ``log w`` are the state, as in the class docstring. Beside
+    them the weights ``exp(log w - ref)`` are kept up to date by multiplying
+    each by ``exp`` of its increment (the confidence increments are below
+    1e-3 at the defaults, where ``_exp_small`` needs no ``exp`` call), so the
+    projection needs no ``exp`` of n rows; they are recomputed from ``log w``
+    every ``REFRESH_ROUNDS`` rounds and whenever their range grows large, so
+    their rounding never drifts by more than about 1e-13 relative."""
+    log_w, w, ref, p, capped, since, eta, gamma, conf, all_rows = ps
     k = ks[2]
     n = p.size
+    stale = False
     if all_rows:
         c = eta * conf
         for i in range(n):
             if not capped[i]:
-                log_w[i] += c * (1.0 / (k * p[i]))
+                d = c * (1.0 / (k * p[i]))
+                log_w[i] += d
+                if d > 100.0:
+                    stale = True
+                else:
+                    w[i] *= _exp_small(d)
     for j in range(rows.size):
         i = rows[j]
         if capped[i]:
@@ -226,13 +247,79 @@ def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
         if not all_rows:
             gain += (eta * conf) * (m * inv)
         log_w[i] += gain
+        if gain > 100.0:
+            stale = True
+        else:
+            w[i] *= np.exp(gain)
     top = log_w.max()
     for i in range(n):
         log_w[i] -= top
-    new_p, new_capped = capped_set_project(ks, log_w, gamma)
-    p[:] = new_p
-    capped[:] = new_capped
+    ref[0] -= top
+    since[0] += 1
+    exp4mp_project(ps, ks, stale)
     return weights, rows, weights
+
+
+@njit(cache=True)
+def exp4mp_project(ps, ks, refresh):  # pragma: no cover - compiled
+    """Lines 3-10 of Algorithm 2 on the weights: ``q_i = min(kappa_i, lam w_i)``
+    with the capped set grown from empty as in ``kl_projection_row_caps``
+    (Lemma C.2; a row is capped when ``lam w_i > kappa_i (1 + CAP_TOL)``), then
+    ``p = (1 - gamma) q + gamma / n`` and ``p_i = c_i`` on capped rows. If the
+    uncapped rows' weights are below 1e-250 of the largest (the capped rows
+    dominate by more than ``exp(575)``), the log-domain projection
+    ``kl_projection_row_caps`` is used for the round instead."""
+    log_w, w, ref, p, capped, since, eta, gamma, conf, all_rows = ps
+    caps, point = ks[0], ks[4]
+    n = p.size
+    if point:
+        for i in range(n):
+            p[i] = caps[i]
+            capped[i] = True
+        return
+    kappa, log_kappa = capped_set_kappa(ks, gamma)
+    if refresh or since[0] >= REFRESH_ROUNDS or ref[0] < -200.0:
+        for i in range(n):  # max log_w is 0
+            w[i] = np.exp(log_w[i])
+        ref[0] = 0.0
+        since[0] = 0
+    mass = 0.0
+    for i in range(n):
+        capped[i] = False
+    lam = 0.0
+    while True:
+        total = 0.0
+        free = 0
+        for i in range(n):
+            if not capped[i]:
+                total += w[i]
+                free += 1
+        if free == 0:
+            if mass >= 1.0 - 1e-12:
+                break
+            raise ValueError("the KL projection onto the capped simplex has too few rows "
+                             "with positive weight")
+        if not total > 1e-250 * np.exp(-ref[0]):
+            q, mask, feasible = kl_projection_row_caps(log_w, kappa, log_kappa)
+            if not feasible:
+                raise ValueError("the KL projection onto the capped simplex has too few rows "
+                                 "with positive weight")
+            for i in range(n):
+                capped[i] = mask[i]
+                p[i] = caps[i] if mask[i] else (1.0 - gamma) * q[i] + gamma / n
+            return
+        rest = 1.0 - mass
+        lam = rest / total if rest > 0.0 else 0.0
+        grew = False
+        for i in range(n):
+            if not capped[i] and lam * w[i] > kappa[i] * (1.0 + CAP_TOL):
+                capped[i] = True
+                mass += kappa[i]
+                grew = True
+        if not grew:
+            break
+    for i in range(n):
+        p[i] = caps[i] if capped[i] else (1.0 - gamma) * (lam * w[i]) + gamma / n
 
 
 @harness.hookimpl

@@ -1,16 +1,21 @@
-"""Benchmark one OL-EXP.4M run and split its per-round cost.
+"""Per-round cost of every built-in p-player, compiled and Python paths side by side.
 
-    python tools/bench_round.py                       # breast cancer, 1e7 data points, k=20
-    python tools/bench_round.py --dataset boston --budget 1e6
-    python tools/bench_round.py --p-player safl --budget 1e6   # part 1 only
+    python tools/bench_round.py                     # table: breast cancer, k=20, 10k rounds each
+    python tools/bench_round.py --players exp4mp --rounds 50000
+    python tools/bench_round.py --whole 1e7         # plus a whole 1e7-data-point OL-EXP.4M run
+    python tools/bench_round.py --split 20000       # plus OL-EXP.4M's Python round by phase
 
-Part 1 times a whole game as ``harness.play`` runs it (tracking off; the
-checkpoints' dual-gap evaluations included) and reports the checkpoints'
-share. Part 2 replays rounds phase by phase on the same kind of state
-(timers around each phase, so its total is a little above part 1's per-round
-cost) to show where a round's time goes: sampling (DepRound), projection
-(Algorithm 4), loss evaluation, p-player update, w-player update. With
-``--p-player`` another p-player's whole game is timed (part 1 only).
+The table plays the same game (same seed, same horizon) on both paths
+(``engine=python`` and ``engine=compiled``, ``harness.engine``) and reports
+the time of the rounds alone (the game's wall time minus its checkpoints'
+time, one checkpoint at the end), per round, and their ratio; the compiled
+path is warmed up first (its first call loads or compiles the driver). Each
+p-player plays on its default set (the k-set; ``exp_ix`` on the simplex);
+rows with ``sampler=systematic`` and ``exp_ix_m``'s tree state are added.
+The whole run (``--whole``) times ``harness.play`` on the compiled path with
+its checkpoints. The phase split (``--split``) replays OL-EXP.4M's Python
+rounds with a timer around each phase: sampling (DepRound), projection
+(Algorithm 4), loss evaluation, p-player update, w-player update.
 """
 
 from __future__ import annotations
@@ -22,13 +27,52 @@ import numpy as np
 
 import harness
 from harness.config import QUIET
+from harness.game import Game
+
+#: (label, overrides) of the table's rows beyond each p-player on its default set
+EXTRA_ROWS = (
+    ("exp4mp systematic", ["p_player=exp4mp", "constraint.sampler=systematic"]),
+    ("exp_ix_m tree", ["p_player=exp_ix_m", "constraint.sampler=systematic",
+                       "p_player.state=tree"]),
+    ("adacvar all_rows", ["p_player=adacvar", "p_player.variant=all_rows"]),
+)
 
 
 def config(dataset: str, budget: float, k: int, checkpoints: int,
-           p_player: str = "exp4mp") -> dict:
+           p_player: str = "exp4mp", extra: tuple[str, ...] = ()) -> dict:
     return harness.compose([*QUIET, f"constraint.k={k}", f"p_player={p_player}",
                             f"dataset={dataset}", f"budget={int(budget)}", "seed=0",
-                            f"checkpoints={checkpoints}"])
+                            f"checkpoints={checkpoints}", *extra])
+
+
+def rounds_time(overrides: list[str], dataset: str, k: int, rounds: int, engine: str) -> float:
+    """Seconds per round of ``rounds`` rounds on ``engine`` (checkpoint time excluded)."""
+    base = [*QUIET, f"dataset={dataset}", f"constraint.k={k}", "seed=0", *overrides]
+    if "p_player=exp_ix" in overrides:
+        base.append("constraint=simplex")
+    probe = harness.prepare(harness.compose([*base, "budget=1000000"]))
+    per_round = probe.parts.p_player.rows_per_round(probe.parts.constraint)
+    prep = harness.prepare(harness.compose([*base, f"budget={rounds * per_round}"]))
+    game = Game(prep.parts, prep.horizon, np.random.default_rng(0),
+                np.array([prep.horizon]), engine=engine)
+    start = time.perf_counter()
+    metrics = game.play()
+    total = time.perf_counter() - start
+    return (total - metrics["checkpoint_time_total_s"]) / prep.horizon
+
+
+def table(players: list[str], dataset: str, k: int, rounds: int) -> None:
+    rows = [(name, [f"p_player={name}"]) for name in players]
+    rows += [row for row in EXTRA_ROWS if row[1][0].split("=")[1] in players]
+    print(f"per-round time, {dataset}, k={k}, {rounds:,} rounds, seed 0 "
+          "(rounds only; checkpoints excluded)")
+    print(f"  {'p-player':<20} {'python us':>10} {'compiled us':>12} {'ratio':>7}")
+    for label, overrides in rows:
+        rounds_time(overrides, dataset, k, min(rounds, 200), "compiled")  # warm up
+        fast = rounds_time(overrides, dataset, k, rounds, "compiled")
+        slow = rounds_time(overrides, dataset, k, rounds, "python")
+        print(f"  {label:<20} {1e6 * slow:10.2f} {1e6 * fast:12.2f} {slow / fast:7.1f}",
+              flush=True)
 
 
 def whole_run(cfg: dict) -> None:
@@ -86,18 +130,27 @@ def phase_split(cfg: dict, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="breast_cancer")
-    parser.add_argument("--budget", type=float, default=1e7)
     parser.add_argument("--k", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=10000,
+                        help="rounds per p-player and path in the table")
+    parser.add_argument("--players", nargs="*", default=None,
+                        help="p-players of the table (default: every built-in)")
+    parser.add_argument("--whole", type=float, default=0,
+                        help="also time a whole OL-EXP.4M run of this many data points")
     parser.add_argument("--checkpoints", type=int, default=30)
-    parser.add_argument("--split-rounds", type=int, default=20000)
-    parser.add_argument("--p-player", default="exp4mp",
-                        help="p-player of the whole run; the phase split is OL-EXP.4M's")
+    parser.add_argument("--split", type=int, default=0,
+                        help="also split this many Python OL-EXP.4M rounds by phase")
     args = parser.parse_args()
-    cfg = config(args.dataset, args.budget, args.k, args.checkpoints, args.p_player)
-    harness.run({**cfg, "budget": 100 * args.k})  # compile the numba kernels first
-    whole_run(cfg)
-    if args.p_player == "exp4mp":
-        phase_split(cfg, args.split_rounds)
+    players = args.players
+    if players is None:
+        players = sorted(harness.registry.default_registry().entries["p_player"])
+    table(players, args.dataset, args.k, args.rounds)
+    if args.whole:
+        cfg = config(args.dataset, args.whole, args.k, args.checkpoints)
+        harness.run({**cfg, "budget": 100 * args.k})  # load the compiled code first
+        whole_run(cfg)
+    if args.split:
+        phase_split(config(args.dataset, 1e6, args.k, args.checkpoints), args.split)
 
 
 if __name__ == "__main__":

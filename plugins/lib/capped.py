@@ -439,6 +439,20 @@ def capped_set_state(caps: np.ndarray, k: int, sampler: str, point: bool) -> tup
 
 
 @njit(cache=True)
+def capped_set_kappa(ks, gamma):  # pragma: no cover - compiled
+    """The caps before mixing at rate gamma, ``kappa_i = (c_i - gamma/n) / (1 -
+    gamma)`` (Line 5 of Algorithm 2), and their logs; computed once per gamma."""
+    caps, kappa, log_kappa, cached = ks[0], ks[5], ks[6], ks[7]
+    if cached[0] != gamma:
+        n = caps.size
+        for i in range(n):
+            kappa[i] = (caps[i] - gamma / n) / (1.0 - gamma)
+            log_kappa[i] = np.log(kappa[i])
+        cached[0] = gamma
+    return kappa, log_kappa
+
+
+@njit(cache=True)
 def capped_set_project(ks, log_w, gamma):  # pragma: no cover - compiled
     """``K.project(log_w, gamma, log_domain=True, return_capped=True)`` of the
     k-set, the simplex and the alpha-set: the KL projection onto the caps
@@ -446,18 +460,13 @@ def capped_set_project(ks, log_w, gamma):  # pragma: no cover - compiled
     with the uniform distribution at rate gamma; capped rows end at ``c_i``.
     Same arithmetic as the Python path (``capped_kl_projection``,
     ``alpha_kl_projection``). Raises ValueError where they do."""
-    caps, k, point = ks[0], ks[2], ks[4]
-    kappa, log_kappa, cached = ks[5], ks[6], ks[7]
+    caps, point = ks[0], ks[4]
     n = caps.size
     if not (0.0 <= gamma < 1.0):
         raise ValueError("gamma must be in [0, 1)")
     if point:
         return caps.copy(), np.ones(n, dtype=np.bool_)
-    if cached[0] != gamma:
-        for i in range(n):
-            kappa[i] = (caps[i] - gamma / n) / (1.0 - gamma)
-            log_kappa[i] = np.log(kappa[i])
-        cached[0] = gamma
+    kappa, log_kappa = capped_set_kappa(ks, gamma)
     if n * kappa[0] <= 1.0 + 1e-12 and ks[3] != 2:  # the k-set with k = n: the point 1/n
         return caps.copy(), np.ones(n, dtype=np.bool_)
     q, capped, feasible = kl_projection_row_caps(log_w, kappa, log_kappa)
