@@ -67,10 +67,15 @@ class _ScaledLoss:
 
     def compiled(self) -> Compiled:
         """The compiled form (``harness.engine``): ``losses`` and ``grad`` as
-        kernels on ``(scale, clips, clip count, classes)``; the clip count is
+        kernels on ``(scale, clips, clip count, classes, scratch, fresh)``;
+        ``losses`` leaves the rows' residuals or log-probabilities in
+        ``scratch`` for the ``grad`` that follows it. The clip count is
         written back to ``n_clipped`` after each compiled call."""
+        classes = int(getattr(self, "C_", 1))
         state = (float(self.scale_), bool(self.clips_),
-                 np.array([self.n_clipped], dtype=np.int64), int(getattr(self, "C_", 1)))
+                 np.array([self.n_clipped], dtype=np.int64), classes,
+                 np.empty(int(getattr(self, "rows_", 0)) * classes),
+                 np.full(1, -1, dtype=np.int64))
 
         def store(state) -> None:
             self.n_clipped = int(state[2][0])
@@ -102,6 +107,7 @@ class LinearMSE(_ScaledLoss):
 
     def setup(self, dataset, radius: float) -> dict[str, float]:
         self.d_ = dataset.X.shape[1]
+        self.rows_ = dataset.X.shape[0]
         self.n_params = self.d_ + 1
         R = _row_norm_bound(dataset.X)
         y_max = float(np.max(np.abs(dataset.y)))
@@ -147,6 +153,7 @@ class LogisticCEL(_ScaledLoss):
 
     def setup(self, dataset, radius: float) -> dict[str, float]:
         self.d_ = dataset.X.shape[1]
+        self.rows_ = dataset.X.shape[0]
         self.C_ = int(dataset.n_classes)
         self.n_params = self.C_ * (self.d_ + 1)
         R = _row_norm_bound(dataset.X)
@@ -204,16 +211,74 @@ class LogisticCEL(_ScaledLoss):
 
 
 @njit(cache=True)
-def _linear_raw(w, X, y, rows):  # pragma: no cover - compiled
-    """Residuals ``<theta, x_i> + b - y_i`` of ``rows``."""
-    d = X.shape[1]
-    r = np.empty(rows.size)
+def _dot(x, w, base, d):  # pragma: no cover - compiled
+    """``sum_i x_i w_{base + i}`` over ``i < d`` in four running sums (the adds
+    of one sum wait on each other; four keep the FPU busy)."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    i = 0
+    while i + 4 <= d:
+        s0 += x[i] * w[base + i]
+        s1 += x[i + 1] * w[base + i + 1]
+        s2 += x[i + 2] * w[base + i + 2]
+        s3 += x[i + 3] * w[base + i + 3]
+        i += 4
+    while i < d:
+        s0 += x[i] * w[base + i]
+        i += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+#: from this many rows on, the compiled models gather the rows and call BLAS
+#: (``np.dot``) as numpy does; below it, plain loops cost less than the calls
+BLAS_ROWS = 64
+
+
+@njit(cache=True)
+def _rows_of(X, rows):  # pragma: no cover - compiled
+    """``X[rows]``, or ``X`` itself when ``rows`` is every row in order."""
+    n = X.shape[0]
+    if rows.size == n:
+        whole = True
+        for j in range(n):
+            if rows[j] != j:
+                whole = False
+                break
+        if whole:
+            return X
+    out = np.empty((rows.size, X.shape[1]))
     for j in range(rows.size):
-        x = X[rows[j]]
-        z = 0.0
-        for c in range(d):
-            z += x[c] * w[c]
-        r[j] = z + w[d] - y[rows[j]]
+        out[j] = X[rows[j]]
+    return out
+
+
+@njit(cache=True)
+def _cached(ms, rows, width):  # pragma: no cover - compiled
+    """The per-row values ``losses`` left for ``grad`` (the driver calls ``grad``
+    right after ``losses``, with the same ``w`` and rows), or an empty array."""
+    scratch, fresh = ms[4], ms[5]
+    if fresh[0] == rows.size and rows.size * width <= scratch.size:
+        fresh[0] = -1
+        return scratch[:rows.size * width]
+    return scratch[:0]
+
+
+@njit(cache=True)
+def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
+    """Residuals ``<theta, x_i> + b - y_i`` of ``rows``, kept for the next ``grad``."""
+    d = X.shape[1]
+    scratch, fresh = ms[4], ms[5]
+    r = scratch[:rows.size] if rows.size <= scratch.size else np.empty(rows.size)
+    if rows.size >= BLAS_ROWS:
+        z = np.dot(_rows_of(X, rows), np.ascontiguousarray(w[:d]))
+        for j in range(rows.size):
+            r[j] = z[j] + w[d] - y[rows[j]]
+    else:
+        for j in range(rows.size):
+            r[j] = _dot(X[rows[j]], w, 0, d) + w[d] - y[rows[j]]
+    fresh[0] = rows.size if rows.size <= scratch.size else -1
     return r
 
 
@@ -222,7 +287,7 @@ def linear_mse_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LinearMSE.losses`` of ``rows``: squared residuals over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
     scale, clips, clipped = ms[0], ms[1], ms[2]
-    r = _linear_raw(w, X, y, rows)
+    r = _linear_raw(ms, w, X, y, rows)
     out = np.empty(rows.size)
     for j in range(rows.size):
         v = r[j] * r[j] / scale
@@ -238,45 +303,65 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     """``LinearMSE.grad``: ``sum_j weights_j grad loss_j`` of ``rows`` (clipped rows: zero)."""
     scale, clips = ms[0], ms[1]
     d = X.shape[1]
-    r = _linear_raw(w, X, y, rows)
+    r = _cached(ms, rows, 1)
+    if r.size == 0 and rows.size > 0:
+        r = _linear_raw(ms, w, X, y, rows)
+        ms[5][0] = -1
     g = np.zeros(d + 1)
-    for j in range(rows.size):
-        if clips and r[j] * r[j] > scale:
-            continue
-        s = 2.0 * weights[j] * r[j]
-        x = X[rows[j]]
-        for c in range(d):
-            g[c] += s * x[c]
-        g[d] += s
+    if rows.size >= BLAS_ROWS:
+        coef = np.empty(rows.size)
+        total = 0.0
+        for j in range(rows.size):
+            keep = not (clips and r[j] * r[j] > scale)
+            coef[j] = 2.0 * weights[j] * r[j] if keep else 0.0
+            total += coef[j]
+        g[:d] = np.dot(coef, _rows_of(X, rows))
+        g[d] = total
+    else:
+        for j in range(rows.size):
+            if clips and r[j] * r[j] > scale:
+                continue
+            s = 2.0 * weights[j] * r[j]
+            x = X[rows[j]]
+            for c in range(d):
+                g[c] += s * x[c]
+            g[d] += s
     for c in range(d + 1):
         g[c] /= scale
     return g
 
 
 @njit(cache=True)
-def _logistic_logp(w, X, y, rows, C):  # pragma: no cover - compiled
-    """Row-wise log-softmax of the logits of ``rows`` (``C x (d + 1)`` row-major ``w``)."""
+def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
+    """Row-wise log-softmax of the logits of ``rows`` (``C x (d + 1)`` row-major
+    ``w``), flat ``rows x C``, kept for the next ``grad``."""
     d = X.shape[1]
-    logp = np.empty((rows.size, C))
+    scratch, fresh = ms[4], ms[5]
+    size = rows.size * C
+    logp = scratch[:size] if size <= scratch.size else np.empty(size)
+    blas = rows.size >= BLAS_ROWS
+    if blas:
+        W = w.reshape((C, d + 1))
+        Z = np.dot(_rows_of(X, rows), np.ascontiguousarray(W[:, :d].T))
     for j in range(rows.size):
-        x = X[rows[j]]
         top = -np.inf
+        at = j * C
         for c in range(C):
-            z = 0.0
-            base = c * (d + 1)
-            for i in range(d):
-                z += x[i] * w[base + i]
-            z += w[base + d]
-            logp[j, c] = z
+            if blas:
+                z = Z[j, c] + w[c * (d + 1) + d]
+            else:
+                z = _dot(X[rows[j]], w, c * (d + 1), d) + w[c * (d + 1) + d]
+            logp[at + c] = z
             if z > top:
                 top = z
         total = 0.0
         for c in range(C):
-            logp[j, c] -= top
-            total += np.exp(logp[j, c])
+            logp[at + c] -= top
+            total += np.exp(logp[at + c])
         lt = np.log(total)
         for c in range(C):
-            logp[j, c] -= lt
+            logp[at + c] -= lt
+    fresh[0] = rows.size if size <= scratch.size else -1
     return logp
 
 
@@ -285,10 +370,10 @@ def logistic_cel_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LogisticCEL.losses`` of ``rows``: cross-entropy over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
     scale, clips, clipped, C = ms[0], ms[1], ms[2], ms[3]
-    logp = _logistic_logp(w, X, y, rows, C)
+    logp = _logistic_logp(ms, w, X, y, rows, C)
     out = np.empty(rows.size)
     for j in range(rows.size):
-        v = -logp[j, y[rows[j]]] / scale
+        v = -logp[j * C + y[rows[j]]] / scale
         if clips and v > 1.0:
             clipped[0] += 1
             v = 1.0
@@ -301,22 +386,46 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
     """``LogisticCEL.grad``: ``(softmax - onehot) weights`` packed as ``C x (d + 1)``."""
     scale, clips, C = ms[0], ms[1], ms[3]
     d = X.shape[1]
-    logp = _logistic_logp(w, X, y, rows, C)
+    logp = _cached(ms, rows, C)
+    if logp.size == 0 and rows.size > 0:
+        logp = _logistic_logp(ms, w, X, y, rows, C)
+        ms[5][0] = -1
     g = np.zeros(C * (d + 1))
-    for j in range(rows.size):
-        label = y[rows[j]]
-        if clips and -logp[j, label] > scale:
-            continue
-        x = X[rows[j]]
+    if rows.size >= BLAS_ROWS:
+        G = np.zeros((rows.size, C))
+        for j in range(rows.size):
+            label = y[rows[j]]
+            if clips and -logp[j * C + label] > scale:
+                continue
+            for c in range(C):
+                s = np.exp(logp[j * C + c])
+                if c == label:
+                    s -= 1.0
+                G[j, c] = s * weights[j]
+        GX = np.dot(np.ascontiguousarray(G.T), _rows_of(X, rows))
         for c in range(C):
-            s = np.exp(logp[j, c])
-            if c == label:
-                s -= 1.0
-            s *= weights[j]
             base = c * (d + 1)
+            total = 0.0
+            for j in range(rows.size):
+                total += G[j, c]
             for i in range(d):
-                g[base + i] += s * x[i]
-            g[base + d] += s
+                g[base + i] = GX[c, i]
+            g[base + d] = total
+    else:
+        for j in range(rows.size):
+            label = y[rows[j]]
+            if clips and -logp[j * C + label] > scale:
+                continue
+            x = X[rows[j]]
+            for c in range(C):
+                s = np.exp(logp[j * C + c])
+                if c == label:
+                    s -= 1.0
+                s *= weights[j]
+                base = c * (d + 1)
+                for i in range(d):
+                    g[base + i] += s * x[i]
+                g[base + d] += s
     for c in range(C * (d + 1)):
         g[c] /= scale
     return g

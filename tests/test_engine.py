@@ -31,6 +31,7 @@ VARIANTS = {
     "exp4mp": [[], ["p_player.confidence=sampled"]],
     "exp_ix_m": [["p_player.state=dense"], ["p_player.state=tree"]],
     "adacvar": [["p_player.variant=authors"], ["p_player.variant=all_rows"]],
+    "uniform": [[], ["p_player.action=sampled"]],
 }
 
 #: rows of breast cancer and boston

@@ -74,7 +74,8 @@ def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compi
     n = log_w.size
     capped = np.zeros(n, dtype=np.bool_)
     mass = 0.0  # sum of kappa_i over the capped rows
-    top = -np.inf
+    e = np.empty(n)  # exp(log_w_i - base) of the uncapped rows
+    base = np.inf
     shift = 0.0
     while True:
         top = -np.inf
@@ -85,10 +86,20 @@ def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compi
             if mass >= 1.0 - 1e-12:  # every row capped, the caps sum to 1
                 break
             return np.zeros(n), capped, False
+        if base - top > 50.0:  # first pass, or the top fell far: exp anew
+            for i in range(n):
+                if not capped[i]:
+                    e[i] = np.exp(log_w[i] - top)
+        elif base != top:  # the top row was capped: rescale (one exp)
+            f = np.exp(base - top)
+            for i in range(n):
+                if not capped[i]:
+                    e[i] *= f
+        base = top
         total = 0.0
         for i in range(n):
             if not capped[i]:
-                total += np.exp(log_w[i] - top)
+                total += e[i]
         rest = 1.0 - mass
         shift = np.log(rest) - np.log(total) if rest > 0.0 else -np.inf
         # a row at its cap up to rounding is left uncapped (same q either way)
@@ -101,8 +112,9 @@ def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compi
         if not grew:
             break
     q = np.empty(n)
+    scale = np.exp(shift)
     for i in range(n):
-        q[i] = kappa[i] if capped[i] else np.exp((log_w[i] - top) + shift)
+        q[i] = kappa[i] if capped[i] else e[i] * scale
     return q, capped, True
 
 
