@@ -6,10 +6,11 @@ import math
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 import harness
-from harness import Param, Proposal
-from plugins.lib.capped import needs_sets_of_k_rows
+from harness import Compiled, Param, Proposal
+from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
 
 
 class Exp3IX:
@@ -99,6 +100,17 @@ class Exp3IX:
         w = np.exp(self.log_w_)
         self.p_ = w / w.sum()
 
+    def compiled(self, constraint: Compiled | None) -> Compiled | None:
+        """The compiled form (``harness.engine``) on a capped simplex:
+        ``exp_ix_propose``/``exp_ix_observe`` on ``(log_w, p, w = exp(log_w),
+        a_t's value [1], eta, gamma)``, the arrays changed in place; None on
+        any other set."""
+        if constraint is None or constraint.kernels != CAPPED_SET:
+            return None
+        state = (self.log_w_, self.p_, _exp(self.log_w_), self.one_, float(self.eta_),
+                 float(self.gamma_))
+        return Compiled("plugins.exp_ix:exp_ix", state)
+
     def regret_bound(self, rounds: int) -> float | None:
         """The bound of the class docstring after ``rounds`` rounds at the eta
         and gamma in use (game units, probability at least 1 - delta)."""
@@ -110,6 +122,125 @@ class Exp3IX:
             return None
         return (math.log(n) / eta + math.log(2 * n / delta) / (2 * gamma)
                 + (eta / 2 + gamma) * (n * t + math.log(2 / delta) / (2 * gamma)))
+
+
+@njit(cache=True)
+def _exp(log_w):  # pragma: no cover - compiled
+    """``exp(log_w)`` row by row, as the kernels compute it."""
+    w = np.empty(log_w.size)
+    for i in range(log_w.size):
+        w[i] = np.exp(log_w[i])
+    return w
+
+
+@njit(cache=True)
+def _block_sum(a, lo, n):  # pragma: no cover - compiled
+    """numpy's sum of a block of at most 128 entries: sequential below 8, else
+    8 accumulators combined pairwise, then the rest of ``n % 8``."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = lo + 8
+    stop = lo + n - n % 8
+    while i < stop:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < lo + n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def pairwise_sum(a):  # pragma: no cover - compiled
+    """``a.sum()`` in numpy's order, so that the two are equal: numpy's pairwise
+    summation of a contiguous float64 array splits a range of more than 128
+    entries in two at ``n // 2`` rounded down to a multiple of 8, sums each
+    half and adds them (``_block_sum`` below). Walked with an explicit stack
+    of (start, length, half done, left sum) frames."""
+    n = a.size
+    if n <= 128:
+        return _block_sum(a, 0, n)
+    starts = np.empty(64, dtype=np.int64)
+    lengths = np.empty(64, dtype=np.int64)
+    left_done = np.zeros(64, dtype=np.bool_)
+    left = np.empty(64)
+    starts[0], lengths[0], left_done[0] = 0, n, False
+    depth = 1
+    while True:
+        top = depth - 1
+        lo, m = starts[top], lengths[top]
+        if m > 128:  # split: push the left half
+            half = m // 2
+            half -= half % 8
+            starts[depth], lengths[depth], left_done[depth] = lo, half, False
+            depth += 1
+            continue
+        value = _block_sum(a, lo, m)
+        depth -= 1
+        while depth > 0:  # hand the value up: a left half waits for its right half
+            top = depth - 1
+            if not left_done[top]:
+                left[top] = value
+                left_done[top] = True
+                half = lengths[top] // 2
+                half -= half % 8
+                starts[depth] = starts[top] + half
+                lengths[depth] = lengths[top] - half
+                left_done[depth] = False
+                depth += 1
+                break
+            value = left[top] + value
+            depth -= 1
+        if depth == 0:
+            return value
+
+
+@njit(cache=True)
+def exp_ix_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``Exp3IX.propose``: ``i_t ~ p_t`` by the set's draw (``K.sample``,
+    ``capped_set_sample``; Algorithm 3, Lines 4-5), ``a_t = e_{i_t}``."""
+    rows, _ = capped_set_sample(ks, ps[1], rng)
+    return rows, ps[3]
+
+
+@njit(cache=True, error_model="numpy")
+def exp_ix_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``Exp3IX.observe``: the IX estimate and the exponential-weights step on
+    ``1 - L`` (Algorithm 3, Lines 7-8) lower the log-weight of ``i_t``; the
+    log-weights are rebased to max 0 and normalised (the next round's Line 3),
+    ``p = w / sum(w)`` with numpy's summation order (``pairwise_sum``).
+    ``w = exp(log_w)`` is kept between rounds: only row ``i_t`` changes,
+    unless the rebase moves every row (``i_t`` was the only row at the
+    maximum) and all n are recomputed; O(n) for the sum and ``p``. numpy's
+    error model: a division by zero gives inf, as in the Python method."""
+    log_w, p, w, action, eta, gamma = ps
+    n = log_w.size
+    i = rows[0]
+    log_w[i] -= eta * (1.0 - losses[0]) / (p[i] + gamma)
+    top = log_w.max()
+    if top != 0.0:
+        for j in range(n):
+            log_w[j] -= top
+            w[j] = np.exp(log_w[j])
+    else:
+        w[i] = np.exp(log_w[i])
+    total = pairwise_sum(w)
+    for j in range(n):
+        p[j] = w[j] / total
+    return action, rows, action
 
 
 @harness.hookimpl

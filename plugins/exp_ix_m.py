@@ -7,11 +7,17 @@ import math
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 import harness
-from harness import Param, Proposal
-from plugins.lib.capped import needs_sets_of_k_rows
-from plugins.lib.kset_tree import CappedWeightTree
+from harness import Compiled, Param, Proposal
+from plugins.lib.capped import (
+    CAPPED_SET,
+    capped_set_project,
+    capped_set_sample,
+    needs_sets_of_k_rows,
+)
+from plugins.lib.kset_tree import CappedWeightTree, tree_ix_step, tree_sample
 
 
 class ExpIXM:
@@ -148,6 +154,26 @@ class ExpIXM:
         self.p_ = self.constraint_.project(log_w, 0.0, log_domain=True)
         return None
 
+    def compiled(self, constraint: Compiled | None) -> Compiled | None:
+        """The compiled form (``harness.engine``). ``state="tree"``:
+        ``exp_ix_m_tree_propose``/``exp_ix_m_tree_observe`` on the tree's arrays
+        (``CappedWeightTree.compiled_state``), on any set (the tree draws and
+        projects itself); ``state="dense"``: ``exp_ix_m_dense_propose``/
+        ``exp_ix_m_dense_observe`` on ``(p, log_w scratch, batch weights, eta,
+        gamma)`` with the set's draw and projection, on a capped simplex only."""
+        if constraint is None:
+            return None
+        if self.tree_ is not None:
+            tree = self.tree_
+            state = (tree.compiled_state(), self.weights_, float(self.eta_), float(self.gamma_))
+            return Compiled("plugins.exp_ix_m:exp_ix_m_tree", state,
+                            lambda state: tree.compiled_store(state[0]))
+        if constraint.kernels != CAPPED_SET:
+            return None
+        state = (self.p_, np.empty_like(self.p_), self.weights_, float(self.eta_),
+                 float(self.gamma_))
+        return Compiled("plugins.exp_ix_m:exp_ix_m_dense", state)
+
     def regret_bound(self, rounds: int) -> float | None:
         """The bound of the class docstring after ``rounds`` rounds at the step
         sizes in use (game units, probability at least 1 - delta)."""
@@ -158,6 +184,55 @@ class ExpIXM:
         a = math.log(n / self.delta)
         return (math.log(n / k) / eta + a / (2 * gamma)
                 + (eta / 2 + gamma) / k * (n * T + n * a / (2 * gamma)))
+
+
+@njit(cache=True)
+def exp_ix_m_dense_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``ExpIXM.propose`` with ``state="dense"``: k distinct rows with
+    ``P[i in I_t] = k p_i`` by the set's draw (Algorithm 2, Line 11); batch
+    weights ``1/k``."""
+    rows, _ = capped_set_sample(ks, ps[0], rng)
+    return rows, ps[2]
+
+
+@njit(cache=True, error_model="numpy")
+def exp_ix_m_dense_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``ExpIXM.observe`` with ``state="dense"``: ``log p`` (row by row, into
+    the scratch ``log_w``) lowered by ``eta l_hat`` on the sampled rows (the
+    IX estimate, Neu 2015), then the KL projection onto K without mixing
+    (Algorithm 4, ``K.project(log_w, 0, log_domain=True)``, i.e.
+    ``capped_set_project``), written into ``p``; the action is ``1/k`` on the
+    sampled rows. O(n), as the Python method. numpy's error model: a division
+    by zero gives inf, as in the Python method."""
+    p, log_w, batch, eta, gamma = ps
+    k = ks[2]
+    for i in range(p.size):
+        log_w[i] = np.log(p[i])
+    for j in range(rows.size):
+        i = rows[j]
+        log_w[i] -= eta * (1.0 - losses[j]) / (k * p[i] + gamma)
+    new_p, _ = capped_set_project(ks, log_w, 0.0)
+    p[:] = new_p
+    return batch, rows, batch
+
+
+@njit(cache=True)
+def exp_ix_m_tree_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``ExpIXM.propose`` with ``state="tree"``: systematic sampling by k
+    descents of the tree (``CappedWeightTree.sample``, ``tree_sample``; the
+    draw of Algorithm 2, Line 11), one offset per try, redrawn while two
+    targets fall in one row; batch weights ``1/k``. O(k log n)."""
+    return tree_sample(ps[0], rng), ps[1]
+
+
+@njit(cache=True)
+def exp_ix_m_tree_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``ExpIXM.observe`` with ``state="tree"``: ``CappedWeightTree.ix_step``
+    (``tree_ix_step``: the IX step on the sampled rows, the KL projection of
+    Algorithm 4 on the largest weights, a rebase when due); the action is
+    ``1/k`` on the sampled rows. O(k log n) but for the rare O(n) rebase."""
+    tree_ix_step(ps[0], rows, losses, ps[2], ps[3])
+    return ps[1], rows, ps[1]
 
 
 @harness.hookimpl

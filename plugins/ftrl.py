@@ -7,9 +7,11 @@ import math
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 import harness
-from harness import Param, Proposal
+from harness import Compiled, Param, Proposal
+from plugins.lib.capped import CAPPED_SET, capped_set_project
 
 
 class FTRL:
@@ -96,11 +98,47 @@ class FTRL:
         self.log_w_ -= self.log_w_.max()
         self.p_ = self.constraint_.project(self.log_w_, 0.0, log_domain=True)
 
+    def compiled(self, constraint: Compiled | None) -> Compiled | None:
+        """The compiled form (``harness.engine``) on a capped simplex:
+        ``ftrl_propose``/``ftrl_observe`` on ``(log_w, p, previous p, rows,
+        eta)``, the arrays changed in place; None on any other set."""
+        if constraint is None or constraint.kernels != CAPPED_SET:
+            return None
+        state = (self.log_w_, self.p_, np.empty_like(self.p_), self.rows_, float(self.eta_))
+        return Compiled("plugins.ftrl:ftrl", state)
+
     def regret_bound(self, rounds: int) -> float | None:
         """``log(n/k) / eta + eta t`` after ``t = rounds`` rounds at the eta in
         use, deterministic, game units (``entropy_range`` in place of
         ``log(n/k)`` on other sets)."""
         return self.log_ratio_ / self.eta_ + self.eta_ * rounds
+
+
+@njit(cache=True)
+def ftrl_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``FTRL.propose``: every row, weighted by ``p_t`` (OL-FTRL, Section 6 and
+    Appendix E)."""
+    return ps[3], ps[1]
+
+
+@njit(cache=True)
+def ftrl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``FTRL.observe`` (OL-FTRL, Appendix E): add ``eta L_t`` to the cumulative
+    log-weights, rebase them to max 0 and take the KL projection onto K
+    without mixing (``K.project(log_w, 0, log_domain=True)``, i.e.
+    ``capped_set_project``; Algorithm 4) for ``p_{t+1}``, written into ``p``;
+    the batch weights and the action are ``p_t``, copied to ``previous``."""
+    log_w, p, previous, _, eta = ps
+    n = log_w.size
+    for i in range(n):
+        previous[i] = p[i]
+        log_w[i] += eta * losses[i]
+    top = log_w.max()
+    for i in range(n):
+        log_w[i] -= top
+    new_p, _ = capped_set_project(ks, log_w, 0.0)
+    p[:] = new_p
+    return previous, rows, previous
 
 
 @harness.hookimpl

@@ -23,8 +23,13 @@ from harness.registry import make_plugin_manager
 
 from conftest import game_cfg
 
-#: the two paths agree to this (absolute, on metrics in [0, 1]-scaled units and on p)
+#: the two paths' metrics agree to this (absolute; losses are scaled to [0, 1])
 ATOL = 1e-12
+
+#: and p_t, w_bar to this: the models' dot products round differently on the two
+#: paths (BLAS against a loop), and a player's dynamics carry that 1e-16 along
+#: (dense exp_ix_m on the simplex: 1.5e-12 after 20000 rounds on boston)
+STATE_ATOL = 1e-10
 
 #: p-player options that change the compiled kernel taken
 VARIANTS = {
@@ -108,10 +113,10 @@ def _play(overrides, engine_name, rounds_traced=200, budget=None):
 
 @pytest.mark.parametrize("overrides", _combinations())
 def test_compiled_and_python_paths_give_the_same_numbers(overrides):
-    """Seed 3, 200 rounds traced one by one, then checkpoints up to 2000 rounds
-    or the budget of 20000 data points: the actions of every traced round equal
-    (rows exactly, values to ATOL), p and w_bar to ATOL, every metric but the
-    timings to ATOL."""
+    """Seed 3, 200 rounds traced one by one, then the checkpoints of a budget of
+    20000 data points: the rows of every traced round equal, ``a_sum`` to
+    ``ATOL`` per round, p and w_bar to ``STATE_ATOL``, every metric but the
+    timings to ``ATOL``."""
     python = _play(overrides, "python", budget=20000)
     compiled = _play(overrides, "compiled", budget=20000)
     assert compiled.path == "compiled" and python.path == "python"
@@ -126,8 +131,8 @@ def test_compiled_and_python_paths_give_the_same_numbers(overrides):
             np.testing.assert_array_equal(np.flatnonzero(step_py), np.flatnonzero(step_c),
                                           err_msg=f"rows of round {t}")
         np.testing.assert_allclose(a_c, a_py, rtol=0, atol=ATOL * t, err_msg=f"a_sum {t}")
-        np.testing.assert_allclose(p_c, p_py, rtol=0, atol=ATOL, err_msg=f"p at {t}")
-        np.testing.assert_allclose(w_c, w_py, rtol=0, atol=ATOL, err_msg=f"w_bar at {t}")
+        np.testing.assert_allclose(p_c, p_py, rtol=0, atol=STATE_ATOL, err_msg=f"p at {t}")
+        np.testing.assert_allclose(w_c, w_py, rtol=0, atol=STATE_ATOL, err_msg=f"w_bar at {t}")
         previous = (a_py, a_c)
     assert len(python.metrics) == len(compiled.metrics) > 0
     for m_py, m_c in zip(python.metrics, compiled.metrics, strict=True):

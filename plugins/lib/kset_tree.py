@@ -40,6 +40,11 @@ The tree is ``FANOUT``-ary, levels stored bottom-up in one array of
 ``(sum, max)`` pairs, so a descent reads a few adjacent cache lines per level
 (``ceil(log_16 n)`` levels: 6 at n = 1e7). Memory: 8 n bytes for the leaves
 plus about 16 n / 15 bytes for the tree.
+
+The compiled round engine (``harness.engine``) runs the same functions on the
+tree's arrays: ``CappedWeightTree.compiled_state`` hands them over as a tuple
+with scratch buffers, so that ``tree_sample`` and ``tree_ix_step`` (the
+``sample`` and ``ix_step`` of the class) allocate nothing per round.
 """
 
 from __future__ import annotations
@@ -109,11 +114,25 @@ def _fix_path(w, nodes, offsets, sizes, i):  # pragma: no cover - compiled
 @njit(cache=True)
 def _fix_paths(w, nodes, offsets, sizes, rows):  # pragma: no cover - compiled
     """``_fix_path`` for several leaves, level by level (independent reads overlap)."""
-    g = rows.copy()
+    _fix_paths_into(w, nodes, offsets, sizes, rows, np.empty(rows.size, dtype=np.int64))
+
+
+@njit(cache=True)
+def _fix_paths_into(w, nodes, offsets, sizes, rows, g):  # pragma: no cover - compiled
+    """``_fix_paths`` with the node indices in the scratch ``g`` (``rows.size``
+    entries). A node is recomputed once per level when the rows sharing it are
+    adjacent (sorted rows, as systematic sampling gives them): a node is a
+    function of its children only, so recomputing it again changes nothing."""
+    m = rows.size
+    for j in range(m):
+        g[j] = rows[j]
     for level in range(sizes.size):
-        for j in range(g.size):
+        previous = -1
+        for j in range(m):
             g[j] = g[j] // FANOUT
-            _fix_node(w, nodes, offsets, sizes, level, g[j])
+            if g[j] != previous:
+                _fix_node(w, nodes, offsets, sizes, level, g[j])
+                previous = g[j]
 
 
 @njit(cache=True)
@@ -130,9 +149,17 @@ def _find_prefix(w, nodes, offsets, sizes, targets, out):  # pragma: no cover - 
     total). The descents go level by level for all targets together, so their
     memory reads are independent and overlap (at n = 1e7 the lower levels and
     the leaves are not in cache)."""
+    _find_prefix_into(w, nodes, offsets, sizes, targets.copy(),
+                      np.empty(targets.size, dtype=np.int64), out)
+
+
+@njit(cache=True)
+def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover - compiled
+    """``_find_prefix`` on the targets ``t``, overwritten (the remainders), with
+    the node indices in the scratch ``g``."""
     F = FANOUT
-    t = targets.copy()
-    g = np.zeros(targets.size, dtype=np.int64)
+    for j in range(t.size):
+        g[j] = 0
     for level in range(sizes.size - 1, 0, -1):
         base = offsets[level - 1]
         for j in range(t.size):
@@ -200,12 +227,22 @@ def _find_max(w, nodes, offsets, sizes):  # pragma: no cover - compiled
 def _systematic(w, nodes, offsets, sizes, k, u, out):  # pragma: no cover - compiled
     """Systematic sampling into ``out``; False if two targets fell in one row
     (an interval longer than 1 by rounding)."""
+    return _systematic_into(w, nodes, offsets, sizes, k, u, out, np.empty(k),
+                            np.empty(k, dtype=np.int64))
+
+
+@njit(cache=True)
+def _systematic_into(w, nodes, offsets, sizes, k, u, out, t, g):  # pragma: no cover - compiled
+    """``_systematic`` with the targets in the scratch ``t`` and the node indices
+    in the scratch ``g`` (k entries each)."""
     total = nodes[offsets[sizes.size - 1], 0]
-    targets = np.empty(k)
     for j in range(k):
-        targets[j] = (u + j) * total / k
-    _find_prefix(w, nodes, offsets, sizes, targets, out)
-    return np.all(out[1:] > out[:-1])
+        t[j] = (u + j) * total / k
+    _find_prefix_into(w, nodes, offsets, sizes, t, g, out)
+    j = 1
+    while j < k and out[j] > out[j - 1]:
+        j += 1
+    return j >= k
 
 
 @njit(cache=True)
@@ -241,11 +278,19 @@ def _ix_step(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
     """The implicit-exploration step of ``plugins.exp_ix_m`` on the sampled rows,
     ``w_i *= exp(-eta (1 - L_i) / (k p_i + gamma))`` with ``p_i = w_i / sum(w)``,
     then the projection; returns the number of capped rows."""
+    return _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa, capped,
+                         np.empty(rows.size, dtype=np.int64))
+
+
+@njit(cache=True)
+def _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa, capped,
+                  g):  # pragma: no cover - compiled
+    """``_ix_step`` with the node indices in the scratch ``g`` (``rows.size`` entries)."""
     total = nodes[offsets[sizes.size - 1], 0]
     for j in range(rows.size):
         i = rows[j]
         w[i] *= math.exp(-eta * (1.0 - losses[j]) / (k * w[i] / total + gamma))
-    _fix_paths(w, nodes, offsets, sizes, rows)
+    _fix_paths_into(w, nodes, offsets, sizes, rows, g)
     return _project(w, nodes, offsets, sizes, kappa, capped)
 
 
@@ -326,3 +371,53 @@ class CappedWeightTree:
         np.multiply(self.w_, 1.0 / self.top, out=self.w_)
         _build(self.w_, self.nodes_, self.offsets_, self.sizes_)
         self.rebases_ += 1
+
+    def compiled_state(self) -> tuple:
+        """The tree as a tuple for the compiled kernels (``tree_sample``,
+        ``tree_ix_step``): its arrays, changed in place, its constants, and the
+        counters ``n_capped_`` and ``rebases_`` in one-element arrays
+        (``compiled_store`` writes them back)."""
+        return (self.w_, self.nodes_, self.offsets_, self.sizes_, np.int64(self.k),
+                float(self.kappa), self.rows_, self.capped_,
+                np.array([self.n_capped_], dtype=np.int64),
+                np.array([self.rebases_], dtype=np.int64), float(self.rebase_below_),
+                np.empty(self.k), np.empty(self.k, dtype=np.int64))
+
+    def compiled_store(self, state: tuple) -> None:
+        """Write the counters of a ``compiled_state`` tuple back to the tree."""
+        self.n_capped_ = int(state[8][0])
+        self.rebases_ = int(state[9][0])
+
+
+@njit(cache=True)
+def tree_sample(ts, rng):  # pragma: no cover - compiled
+    """``CappedWeightTree.sample(rng.random())`` on a ``compiled_state`` tuple
+    (the draw of Algorithm 2, Line 11, by systematic sampling), redrawn (one
+    more uniform each) while two targets fall in one row, as
+    ``ExpIXM.propose`` does; the rows are written into the tree's row buffer,
+    which is returned."""
+    w, nodes, offsets, sizes, k, rows = ts[0], ts[1], ts[2], ts[3], ts[4], ts[6]
+    t, g = ts[11], ts[12]
+    while not _systematic_into(w, nodes, offsets, sizes, k, rng.random(), rows, t, g):
+        pass
+    return rows
+
+
+@njit(cache=True)
+def tree_ix_step(ts, rows, losses, eta, gamma):  # pragma: no cover - compiled
+    """``CappedWeightTree.ix_step`` on a ``compiled_state`` tuple: the IX step
+    of the sampled rows, the KL projection onto the cap (Algorithm 4 on the
+    largest weights, ``_project``), and the rebase when the largest weight
+    falls below ``exp(-REBASE)``; the number of capped rows and of rebases go
+    to the state's counters. O(k log n) but for the rebase."""
+    w, nodes, offsets, sizes, k, kappa = ts[0], ts[1], ts[2], ts[3], ts[4], ts[5]
+    capped, n_capped, rebases, rebase_below, g = ts[7], ts[8], ts[9], ts[10], ts[12]
+    n_capped[0] = _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
+                                capped, g)
+    root = nodes.shape[0] - 1
+    if nodes[root, 1] < rebase_below:
+        inv = 1.0 / nodes[root, 1]
+        for i in range(w.size):
+            w[i] *= inv
+        _build(w, nodes, offsets, sizes)
+        rebases[0] += 1
