@@ -211,6 +211,17 @@ class Forms(NamedTuple):
                 form.store(form.state)
 
 
+def replaces(component: Any, base: type, names: tuple[str, ...]) -> bool:
+    """Whether ``component``'s class replaces one of ``base``'s methods ``names``
+    that ``base``'s kernels stand in for, without a ``compiled`` of its own: its
+    ``compiled`` (inherited from ``base``) must then return None, so the run
+    plays the replaced methods in the Python loop."""
+    cls = type(component)
+    if getattr(cls, "compiled", None) is not getattr(base, "compiled", None):
+        return False  # the class answers for its compiled form itself
+    return any(getattr(cls, name) is not getattr(base, name) for name in names)
+
+
 def _replaced_methods(component: Any) -> list[str]:
     """Names of the class's methods that ``component`` overrides on the instance."""
     cls = type(component)

@@ -9,8 +9,9 @@ import numpy as np
 from numba import njit
 
 import harness
-from harness import Param, Proposal
-from plugins.lib.capped import needs_sets_of_k_rows
+from harness import Compiled, Param, Proposal
+from harness.engine import replaces
+from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
 
 
 def dpp_marginals(log_w: np.ndarray, k: int) -> np.ndarray:
@@ -23,66 +24,256 @@ def dpp_marginals(log_w: np.ndarray, k: int) -> np.ndarray:
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return np.exp(-np.logaddexp(0.0, -z))
+    """The logistic function ``1 / (1 + e^-z)``, elementwise (``_sigmoid_at``)."""
+    z = np.ascontiguousarray(z, dtype=np.float64)
+    out = np.empty(z.shape)
+    _sigmoid_into(z.reshape(-1), out.reshape(-1))
+    return out
+
+
+@njit(cache=True)
+def _sigmoid_at(z):  # pragma: no cover - compiled
+    """``1 / (1 + e^-z)`` at one point, without overflow (``e^z / (1 + e^z)`` for
+    ``z < 0``), with the C library's ``exp``. The root finder (``_dpp_solve``), the
+    marginals of the Python loop and those of the compiled round engine all use it,
+    so the three agree to the bit (numpy's vectorised ``exp`` can differ in the last
+    bit, and the updates, which divide by the marginals, amplify any difference
+    from round to round)."""
+    if z >= 0.0:
+        return 1.0 / (1.0 + np.exp(-z))
+    e = np.exp(z)
+    return e / (1.0 + e)
+
+
+@njit(cache=True)
+def _sigmoid_into(z, out):  # pragma: no cover - compiled
+    """``out = _sigmoid_at(z)`` elementwise."""
+    for i in range(z.size):
+        out[i] = _sigmoid_at(z[i])
 
 
 def dpp_shift(log_w: np.ndarray, k: float, start: float = -np.inf) -> float:
     """The root ``nu`` of ``g(nu) = sum_i sigmoid(nu + log_w_i) - k`` (``k < n``);
     ``start``: a guess (the previous round's root), used if it lies inside the
     bracket below."""
-    return _dpp_shift(np.ascontiguousarray(log_w, dtype=np.float64), float(k), float(start))
+    log_w = np.ascontiguousarray(log_w, dtype=np.float64)
+    return _dpp_solve(log_w, float(k), float(start), np.empty(log_w.size), False)
 
 
 @njit(cache=True)
-def _dpp_shift(log_w, k, start):  # pragma: no cover - compiled
-    """``dpp_shift``, compiled: Newton's method kept inside a bracket that every
-    step shrinks, with a bisection step whenever Newton's would leave it.
+def _dpp_solve(log_w, k, start, sig, fresh):  # pragma: no cover - compiled
+    """``dpp_shift``, compiled: steps kept inside a bracket that every step
+    shrinks, with a bisection step whenever a step would leave it.
 
-    ``g`` is increasing. Since ``sigmoid(z) <= e^z``, ``g`` is <= 0 at
-    ``nu_0 = log k - logsumexp(log_w)``, the default start; since ``sigmoid(z) >=
-    1 - e^-z``, ``g`` is >= 0 at ``log k - min log_w + log(n)`` for ``k <= n - 1``
-    (``hi`` below has room to spare). Stops when a step or the bracket is
-    within a few ulps of ``nu``, at most 200 steps (Newton's quadratic
-    convergence makes that a handful of steps; one or two from a warm start).
+    ``g`` is increasing. Since ``sigmoid(z) <= e^z``, ``g <= n e^(nu + max log_w)
+    - k``, which is 0 at ``lo = log k - max log_w - log n``, the default start;
+    since ``sigmoid(z) >= 1 - e^-z``, ``g`` is >= 0 at ``log k - min log_w + log(n)``
+    for ``k <= n - 1`` (``hi`` below has room to spare). Each step reads the
+    sigmoids ``s_i`` at ``nu`` once and sums ``g`` and its first five
+    derivatives, with ``d = s (1 - s)``: ``sigmoid^(1) = d``, ``sigmoid^(2) =
+    d (1 - 2s)``, ``sigmoid^(3) = d (1 - 6d)``, ``sigmoid^(4) = d (1 - 2s)(1 -
+    12d)``, ``sigmoid^(5) = d (1 - 30d + 120d^2)``. Within 0.05 of the root (by
+    Newton's estimate ``g / g'``) the step goes to the root of the degree-5
+    Taylor polynomial of ``g`` (its error there is below ``0.05^6 / 720``
+    times ``sum |sigmoid^(6)|``: from the previous round's root one step
+    usually lands within rounding); farther away it is Halley's (Newton's
+    where the curvature term would more than halve or double Newton's step).
+    The sums are taken in four interleaved partial sums (``_moments``; the
+    higher ones only when a step needs them). Stops
+    at the first ``nu`` where ``|g|`` is within the rounding of its sum
+    (``8 eps sqrt(n) k``), or where Newton's step or the bracket is within a
+    few ulps of ``nu``, at most 200 steps, and returns that ``nu``.
+
+    ``sig`` receives ``sigmoid(nu + log_w)`` at the returned ``nu``: the
+    marginals before mixing, the same bits as ``_sigmoid(nu + log_w)``.
+    ``fresh``: ``sig`` already holds ``sigmoid(start + log_w)`` (the compiled
+    round engine keeps it from the previous round), so the first step reads it
+    instead of computing it when ``start`` is used.
     """
     n = log_w.size
-    top = -np.inf
-    least = np.inf
-    for i in range(n):
-        top = max(top, log_w[i])
-        least = min(least, log_w[i])
-    total = 0.0
-    for i in range(n):
-        total += np.exp(log_w[i] - top)
-    lo = np.log(k) - (top + np.log(total))
+    top, least = _extremes(log_w)
+    lo = np.log(k) - top - np.log(n)
     hi = np.log(k) - least + np.log(n) + 40.0
-    nu = start if lo < start < hi else lo
-    for _ in range(200):
+    warm = lo < start < hi
+    nu = start if warm else lo
+    settled = 8.0 * 2.220446049250313e-16 * np.sqrt(n) * k
+    for it in range(200):
         tol = 4e-16 * max(1.0, abs(nu))
-        g = -k
-        slope = 0.0
-        for i in range(n):
-            z = nu + log_w[i]
-            if z >= 0.0:
-                s = 1.0 / (1.0 + np.exp(-z))
-            else:
-                e = np.exp(z)
-                s = e / (1.0 + e)
-            g += s
-            slope += s * (1.0 - s)
-        if g == 0.0:
+        if it == 0 and warm and fresh:
+            g, m1, m2, m3, m4, m5 = _moments(sig)
+            higher = True
+        else:
+            g, m1 = _sigmoid_pass(log_w, nu, sig)
+            higher = False
+        g -= k
+        if abs(g) <= settled or it == 199:
             return nu
         if g < 0.0:
             lo = nu
         else:
             hi = nu
-        step = nu - g / slope if slope > 0.0 else 0.5 * (lo + hi)
+        if abs(g) <= tol * m1 or hi - lo <= tol:  # Newton's step is within a few ulps
+            return nu
+        if m1 > 0.0 and not higher:
+            _, _, m2, m3, m4, m5 = _moments(sig)
+        if m1 > 0.0 and abs(g) <= 0.05 * m1:
+            step = nu + _taylor_root(g, m1, m2, m3, m4, m5)
+        elif m1 > 0.0 and abs(g * m2) <= m1 * m1:
+            step = nu - 2.0 * g * m1 / (2.0 * m1 * m1 - g * m2)
+        elif m1 > 0.0:
+            step = nu - g / m1
+        else:
+            step = 0.5 * (lo + hi)
         if not lo < step < hi:
             step = 0.5 * (lo + hi)
-        if abs(step - nu) <= tol or hi - lo <= tol:
-            return step
         nu = step
-    return nu
+    return nu  # not reached
+
+
+@njit(cache=True)
+def _extremes(x):  # pragma: no cover - compiled
+    """``(x.max(), x.min())``, NaN for both if any entry is NaN (as numpy's), in
+    four interleaved scans (the order does not change a maximum or a minimum)."""
+    n = x.size
+    top0 = top1 = top2 = top3 = -np.inf
+    low0 = low1 = low2 = low3 = np.inf
+    nan = False
+    i = 0
+    while i + 4 <= n:
+        a, b, c, d = x[i], x[i + 1], x[i + 2], x[i + 3]
+        nan |= (a != a) | (b != b) | (c != c) | (d != d)
+        top0 = a if a > top0 else top0
+        top1 = b if b > top1 else top1
+        top2 = c if c > top2 else top2
+        top3 = d if d > top3 else top3
+        low0 = a if a < low0 else low0
+        low1 = b if b < low1 else low1
+        low2 = c if c < low2 else low2
+        low3 = d if d < low3 else low3
+        i += 4
+    while i < n:
+        a = x[i]
+        nan |= a != a
+        top0 = a if a > top0 else top0
+        low0 = a if a < low0 else low0
+        i += 1
+    if nan:
+        return np.nan, np.nan
+    return max(max(top0, top1), max(top2, top3)), min(min(low0, low1), min(low2, low3))
+
+
+@njit(cache=True)
+def _moment_terms(s):  # pragma: no cover - compiled
+    """``sigmoid`` and its first five derivatives at a point where it is ``s``."""
+    d = s * (1.0 - s)
+    odd = 1.0 - 2.0 * s
+    return (s, d, d * odd, d * (1.0 - 6.0 * d), d * odd * (1.0 - 12.0 * d),
+            d * (1.0 - 30.0 * d + 120.0 * d * d))
+
+
+@njit(cache=True)
+def _moments(sig):  # pragma: no cover - compiled
+    """The sums over ``i`` of ``_moment_terms(sig[i])``, each as four partial
+    sums over ``i mod 4`` (the tail in the first) added pairwise at the end."""
+    n = sig.size
+    a0 = a1 = a2 = a3 = 0.0
+    b0 = b1 = b2 = b3 = 0.0
+    c0 = c1 = c2 = c3 = 0.0
+    d0 = d1 = d2 = d3 = 0.0
+    e0 = e1 = e2 = e3 = 0.0
+    f0 = f1 = f2 = f3 = 0.0
+    i = 0
+    while i + 4 <= n:
+        ta, tb, tc, td, te, tf = _moment_terms(sig[i])
+        a0 += ta
+        b0 += tb
+        c0 += tc
+        d0 += td
+        e0 += te
+        f0 += tf
+        ta, tb, tc, td, te, tf = _moment_terms(sig[i + 1])
+        a1 += ta
+        b1 += tb
+        c1 += tc
+        d1 += td
+        e1 += te
+        f1 += tf
+        ta, tb, tc, td, te, tf = _moment_terms(sig[i + 2])
+        a2 += ta
+        b2 += tb
+        c2 += tc
+        d2 += td
+        e2 += te
+        f2 += tf
+        ta, tb, tc, td, te, tf = _moment_terms(sig[i + 3])
+        a3 += ta
+        b3 += tb
+        c3 += tc
+        d3 += td
+        e3 += te
+        f3 += tf
+        i += 4
+    while i < n:
+        ta, tb, tc, td, te, tf = _moment_terms(sig[i])
+        a0 += ta
+        b0 += tb
+        c0 += tc
+        d0 += td
+        e0 += te
+        f0 += tf
+        i += 1
+    return ((a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3), (c0 + c1) + (c2 + c3),
+            (d0 + d1) + (d2 + d3), (e0 + e1) + (e2 + e3), (f0 + f1) + (f2 + f3))
+
+
+@njit(cache=True)
+def _sigmoid_pass(log_w, nu, sig):  # pragma: no cover - compiled
+    """``sig = sigmoid(nu + log_w)`` and the first two sums of ``_moments(sig)``
+    (``sum s``, ``sum s (1 - s)``), in the same four partial sums."""
+    n = log_w.size
+    a0 = a1 = a2 = a3 = 0.0
+    b0 = b1 = b2 = b3 = 0.0
+    i = 0
+    while i + 4 <= n:
+        s0 = _sigmoid_at(nu + log_w[i])
+        s1 = _sigmoid_at(nu + log_w[i + 1])
+        s2 = _sigmoid_at(nu + log_w[i + 2])
+        s3 = _sigmoid_at(nu + log_w[i + 3])
+        sig[i], sig[i + 1], sig[i + 2], sig[i + 3] = s0, s1, s2, s3
+        a0 += s0
+        a1 += s1
+        a2 += s2
+        a3 += s3
+        b0 += s0 * (1.0 - s0)
+        b1 += s1 * (1.0 - s1)
+        b2 += s2 * (1.0 - s2)
+        b3 += s3 * (1.0 - s3)
+        i += 4
+    while i < n:
+        s0 = _sigmoid_at(nu + log_w[i])
+        sig[i] = s0
+        a0 += s0
+        b0 += s0 * (1.0 - s0)
+        i += 1
+    return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
+
+
+@njit(cache=True)
+def _taylor_root(g, m1, m2, m3, m4, m5):  # pragma: no cover - compiled
+    """The root near ``-g / m1`` of ``g + m1 x + m2 x^2/2 + m3 x^3/6 + m4 x^4/24 +
+    m5 x^5/120`` (Newton's method on the polynomial, at most 8 steps)."""
+    c2, c3, c4, c5 = m2 / 2.0, m3 / 6.0, m4 / 24.0, m5 / 120.0
+    x = -g / m1
+    for _ in range(8):
+        value = g + x * (m1 + x * (c2 + x * (c3 + x * (c4 + x * c5))))
+        slope = m1 + x * (2.0 * c2 + x * (3.0 * c3 + x * (4.0 * c4 + x * 5.0 * c5)))
+        if not slope > 0.0:
+            break
+        nx = x - value / slope
+        if nx == x:
+            break
+        x = nx
+    return x
 
 
 class AdaCVaR:
@@ -229,10 +420,148 @@ class AdaCVaR:
         self.log_w_ -= self.log_w_.max()
         self._refresh()
 
+    def compiled(self, constraint: Compiled | None) -> Compiled | None:
+        """The compiled form (``harness.engine``) on the k-set and the simplex:
+        ``adacvar_propose``/``adacvar_observe`` on ``(log w, marginals, p,
+        p before the update, running sums of p, all rows, [nu], eta, eps, batch
+        size, authors variant, the all_rows batch weights, k, 1 - gamma,
+        gamma k / n, sigmoid(nu + log w), [that sigmoid is current])``, the
+        arrays changed in place and ``nu`` written back after each call; None
+        on any other set, and for a subclass that replaces a method the kernels
+        stand for."""
+        if (constraint is None or constraint.kernels != CAPPED_SET
+                or replaces(self, AdaCVaR, ("propose", "observe", "_refresh"))):
+            return None
+        K = self.constraint_
+        current = K.k < K.n and bool(np.isfinite(self.nu_))
+        sig = _sigmoid(self.nu_ + self.log_w_) if current else np.zeros(K.n)
+        state = (self.log_w_, self.marginals_, self.p_, np.empty(K.n), _running_sums(self.p_),
+                 self.all_rows_, np.array([self.nu_], dtype=np.float64), float(self.eta_),
+                 float(self.eps), int(self.b_), self.variant == "authors",
+                 self.batch_weights_, float(K.k), float(1 - self.gamma_),
+                 float(self.gamma_ * K.k / K.n), sig, np.array([current]))
+        return Compiled("plugins.adacvar:adacvar", state, self._store)
+
+    def _store(self, state: tuple) -> None:
+        self.nu_ = float(state[6][0])
+
     def regret_bound(self, rounds: int) -> float | None:
         """None: no theorem bounds this sampler's regret against the game's
         adaptive w-player (class docstring)."""
         return None
+
+
+@njit(cache=True)
+def _running_sums(p):  # pragma: no cover - compiled
+    """``np.cumsum(p)``: the running sums in index order."""
+    out = np.empty(p.size)
+    total = 0.0
+    for i in range(p.size):
+        total += p[i]
+        out[i] = total
+    return out
+
+
+@njit(cache=True)
+def adacvar_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``AdaCVaR.propose``. Authors' variant: one row ``i`` with probability
+    ``p_i`` (the inverse CDF at ``u`` times the total, as ``np.searchsorted(...,
+    side="right")``), or with ``b > 1`` a k-subset from the set's sampler and
+    ``b`` uniform picks from it (Curi et al. 2020, Algorithm 1), rows in
+    increasing order with weights ``m_j / b``. all_rows: the set's draw of k
+    rows, weights ``1/k``."""
+    p, cdf, b, authors, batch = ps[2], ps[4], ps[9], ps[10], ps[11]
+    n = p.size
+    if not authors:
+        rows, _ = capped_set_sample(ks, p, rng)
+        return rows, batch
+    if b == 1:
+        target = rng.random() * cdf[n - 1]
+        lo = 0
+        hi = n
+        while lo < hi:  # the number of running sums <= target
+            mid = (lo + hi) >> 1
+            if cdf[mid] <= target:
+                lo = mid + 1
+            else:
+                hi = mid
+        rows = np.empty(1, dtype=np.int64)
+        rows[0] = min(lo, n - 1)
+        return rows, np.ones(1)
+    subset, _ = capped_set_sample(ks, p, rng)
+    drawn = np.empty(b, dtype=np.int64)
+    for j in range(b):
+        drawn[j] = subset[rng.integers(0, subset.size)]
+    drawn = np.sort(drawn)
+    count = 1
+    for j in range(1, b):
+        if drawn[j] != drawn[j - 1]:
+            count += 1
+    rows = np.empty(count, dtype=np.int64)
+    weights = np.zeros(count)
+    c = -1
+    for j in range(b):
+        if j == 0 or drawn[j] != drawn[j - 1]:
+            c += 1
+            rows[c] = drawn[j]
+        weights[c] += 1.0
+    for c in range(count):
+        weights[c] = weights[c] / b
+    return rows, weights
+
+
+@njit(cache=True)
+def adacvar_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``AdaCVaR.observe`` and ``AdaCVaR._refresh``: the authors' EXP3 step on
+    ``1 - L`` (``log w_j -= eta m_j (1 - L_j) / (m_j + eps)``, multiplicities
+    ``b`` times the weights) or the all_rows gains step ``log w_i += eta L_i /
+    m_i``; the log-weights rebased to max 0; ``nu`` by ``_dpp_solve`` from the
+    previous root, whose first step reads the sigmoids of the previous round
+    (recomputed on the rows that moved; on every row after a rebase); then the
+    marginals ``(1 - gamma) sigmoid(nu + log w) + gamma k / n`` capped at 1,
+    ``p = m / k`` and its running sums. The action is ``p_t`` on every row
+    (authors) or ``1/k`` on the rows drawn (all_rows)."""
+    log_w, marginals, p, before, cdf, all_rows, nu = ps[0], ps[1], ps[2], ps[3], ps[4], ps[5], ps[6]
+    eta, eps, b, authors = ps[7], ps[8], ps[9], ps[10]
+    kf, scale, shift, sig, current = ps[12], ps[13], ps[14], ps[15], ps[16]
+    n = log_w.size
+    if authors:
+        for i in range(n):
+            before[i] = p[i]
+        for j in range(rows.size):
+            i = rows[j]
+            mult = np.rint(weights[j] * b)
+            log_w[i] -= eta * mult * (1.0 - losses[j]) / (marginals[i] + eps)
+    else:
+        for j in range(rows.size):
+            i = rows[j]
+            log_w[i] += eta * losses[j] / marginals[i]
+    top, _ = _extremes(log_w)  # log_w.max()
+    if top != 0.0 or math.copysign(1.0, top) < 0.0:
+        for i in range(n):
+            log_w[i] -= top
+        current[0] = False
+    if kf < n:
+        if current[0]:
+            start = nu[0]
+            for j in range(rows.size):
+                sig[rows[j]] = _sigmoid_at(start + log_w[rows[j]])
+        nu[0] = _dpp_solve(log_w, kf, nu[0], sig, current[0])
+        current[0] = True
+    for i in range(n):
+        m = sig[i] if kf < n else 1.0
+        m = scale * m + shift
+        m = 1.0 if m > 1.0 else m
+        marginals[i] = m
+        p[i] = m / kf
+    if authors and b == 1:
+        total = 0.0
+        for i in range(n):
+            total += p[i]
+            cdf[i] = total
+    if authors:
+        return weights, all_rows, before
+    return weights, rows, weights
 
 
 @harness.hookimpl

@@ -24,7 +24,7 @@ import numpy as np
 
 import harness
 from harness import ConfigError, Draw, Param
-from harness.engine import Compiled
+from harness.engine import Compiled, replaces
 from plugins.lib.capped import (
     CAPPED_SET,
     alpha_kl_projection,
@@ -306,10 +306,12 @@ class AlphaSet:
                                     self.k, rng)
         return Draw(rows, mult)
 
-    def compiled(self) -> Compiled:
+    def compiled(self) -> Compiled | None:
         """The compiled form (``harness.engine``): the capped simplex with caps
         ``alpha`` and the multiset draw (``plugins.lib.capped.capped_set_state``);
         the single point ``alpha`` when the caps sum to 1."""
+        if replaces(self, AlphaSet, ("sample", "project", "euclidean_project", "row_caps")):
+            return None
         caps = self._caps()
         return Compiled(CAPPED_SET, capped_set_state(self.alpha, self.k, "multiset",
                                                      int(caps.sum()) == self.k))

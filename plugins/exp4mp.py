@@ -11,6 +11,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
+from harness.engine import replaces
 from plugins.lib.capped import (
     CAP_TOL,
     CAPPED_SET,
@@ -165,7 +166,8 @@ class Exp4MP:
         """The compiled form (``harness.engine``) on a capped simplex:
         ``exp4mp_propose`` and ``exp4mp_observe`` (the Python ``observe``
         runs it too) on the player's state; None on any other set."""
-        if constraint is None or constraint.kernels != CAPPED_SET:
+        if (constraint is None or constraint.kernels != CAPPED_SET
+                or replaces(self, Exp4MP, ("propose", "observe"))):
             return None
         return Compiled("plugins.exp4mp:exp4mp", self.state_)
 

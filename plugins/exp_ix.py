@@ -10,6 +10,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
+from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
 
 
@@ -105,7 +106,8 @@ class Exp3IX:
         ``exp_ix_propose``/``exp_ix_observe`` on ``(log_w, p, w = exp(log_w),
         a_t's value [1], eta, gamma)``, the arrays changed in place; None on
         any other set."""
-        if constraint is None or constraint.kernels != CAPPED_SET:
+        if (constraint is None or constraint.kernels != CAPPED_SET
+                or replaces(self, Exp3IX, ("propose", "observe"))):
             return None
         state = (self.log_w_, self.p_, _exp(self.log_w_), self.one_, float(self.eta_),
                  float(self.gamma_))

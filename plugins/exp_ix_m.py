@@ -11,6 +11,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
+from harness.engine import replaces
 from plugins.lib.capped import (
     CAPPED_SET,
     capped_set_project,
@@ -161,7 +162,7 @@ class ExpIXM:
         projects itself); ``state="dense"``: ``exp_ix_m_dense_propose``/
         ``exp_ix_m_dense_observe`` on ``(p, log_w scratch, batch weights, eta,
         gamma)`` with the set's draw and projection, on a capped simplex only."""
-        if constraint is None:
+        if constraint is None or replaces(self, ExpIXM, ("propose", "observe")):
             return None
         if self.tree_ is not None:
             tree = self.tree_

@@ -11,6 +11,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
+from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_project
 
 
@@ -102,7 +103,8 @@ class FTRL:
         """The compiled form (``harness.engine``) on a capped simplex:
         ``ftrl_propose``/``ftrl_observe`` on ``(log_w, p, previous p, rows,
         eta)``, the arrays changed in place; None on any other set."""
-        if constraint is None or constraint.kernels != CAPPED_SET:
+        if (constraint is None or constraint.kernels != CAPPED_SET
+                or replaces(self, FTRL, ("propose", "observe"))):
             return None
         state = (self.log_w_, self.p_, np.empty_like(self.p_), self.rows_, float(self.eta_))
         return Compiled("plugins.ftrl:ftrl", state)

@@ -21,7 +21,7 @@ import numpy as np
 
 import harness
 from harness import Draw, Param
-from harness.engine import Compiled
+from harness.engine import Compiled, replaces
 from plugins.lib.capped import (
     CAPPED_SET,
     capped_kl_projection,
@@ -100,9 +100,15 @@ class KSet:
         draw = systematic if self.sampler == "systematic" else depround
         return Draw(draw(p, self.k, rng), self.ones_)
 
-    def compiled(self) -> Compiled:
+    def compiled(self) -> Compiled | None:
         """The compiled form (``harness.engine``): the capped simplex with every cap
         1/k, drawn by this set's sampler (``plugins.lib.capped.capped_set_state``)."""
+        if replaces(self, KSet, ("project", "euclidean_project", "row_caps")):
+            return None
+        # the class that defines ``sample`` names its compiled draw
+        owner = next(c for c in type(self).__mro__ if "sample" in vars(c))
+        if owner is not KSet and "compiled_sampler" not in vars(owner):
+            return None
         return Compiled(CAPPED_SET, capped_set_state(self.row_caps(), self.k,
                                                      self.compiled_sampler, False))
 

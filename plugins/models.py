@@ -23,7 +23,7 @@ from numba import njit
 
 import harness
 from harness import Param, stream
-from harness.engine import Compiled
+from harness.engine import Compiled, replaces
 
 _SCALE = Param(float, low=0.0, low_open=True, nullable=True,
                doc="divide losses by this; None: the proven bound (no clipping)")
@@ -46,31 +46,42 @@ class _ScaledLoss:
         return {"loss_scale": self.scale_, "loss_bound": bound, "grad_bound": self.grad_bound}
 
     def losses(self, w, X, y):
-        out = self.raw_losses(w, X, y) / self.scale_
-        if self.clips_:
-            over = out > 1.0
-            self.n_clipped += int(np.count_nonzero(over))
-            out[over] = 1.0
+        """Losses of a batch over the scale, clipped at 1 (and counted) when the
+        scale is below the proven bound: the compiled kernel (``kernels``) on the
+        batch's rows, so the Python loop computes the bits of the compiled path."""
+        state = self._batch_state()
+        out = self._batch_losses(state, np.ascontiguousarray(w, dtype=np.float64),
+                                 np.ascontiguousarray(X, dtype=np.float64),
+                                 np.ascontiguousarray(y), np.arange(len(y)))
+        self.n_clipped += int(state[2][0])
         return out
 
     def grad(self, w, X, y, weights):
-        """Gradient of ``sum_i weights_i * loss_i`` (clipped losses have zero gradient)."""
-        weights = np.asarray(weights, dtype=np.float64)
-        if self.clips_:
-            weights = weights * (self.raw_losses(w, X, y) <= self.scale_)
-        return self._raw_grad(w, X, y, weights) / self.scale_
+        """Gradient of ``sum_i weights_i * loss_i`` (clipped losses have zero
+        gradient): the compiled kernel on the batch's rows."""
+        return self._batch_grad(self._batch_state(), np.ascontiguousarray(w, dtype=np.float64),
+                                np.ascontiguousarray(X, dtype=np.float64),
+                                np.ascontiguousarray(y), np.arange(len(y)),
+                                np.ascontiguousarray(weights, dtype=np.float64))
+
+    def _batch_state(self) -> tuple:
+        """The kernels' state for one batch: no scratch, no values kept between calls."""
+        return (float(self.scale_), bool(self.clips_), np.zeros(1, dtype=np.int64),
+                int(getattr(self, "C_", 1)), np.empty(0), np.full(1, -1, dtype=np.int64))
 
     def value_and_grad(self, w, X, y, weights):
         """``sum_i weights_i raw_loss_i / scale`` and its gradient, never clipped (convex)."""
         value, grad = self._raw_value_and_grad(w, X, y, weights)
         return value / self.scale_, grad / self.scale_
 
-    def compiled(self) -> Compiled:
+    def compiled(self) -> Compiled | None:
         """The compiled form (``harness.engine``): ``losses`` and ``grad`` as
         kernels on ``(scale, clips, clip count, classes, scratch, fresh)``;
         ``losses`` leaves the rows' residuals or log-probabilities in
         ``scratch`` for the ``grad`` that follows it. The clip count is
         written back to ``n_clipped`` after each compiled call."""
+        if replaces(self, _ScaledLoss, ("losses", "grad")):
+            return None
         classes = int(getattr(self, "C_", 1))
         state = (float(self.scale_), bool(self.clips_),
                  np.array([self.n_clipped], dtype=np.int64), classes,
@@ -435,3 +446,9 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
 def register_models(register):
     register(LinearMSE)
     register(LogisticCEL)
+
+
+LinearMSE._batch_losses = staticmethod(linear_mse_losses)
+LinearMSE._batch_grad = staticmethod(linear_mse_grad)
+LogisticCEL._batch_losses = staticmethod(logistic_cel_losses)
+LogisticCEL._batch_grad = staticmethod(logistic_cel_grad)

@@ -10,7 +10,7 @@ from numba import njit
 
 import harness
 from harness import Param
-from harness.engine import Compiled
+from harness.engine import Compiled, replaces
 
 
 class OGD:
@@ -69,14 +69,16 @@ class OGD:
         self.w_sum_ += self.w_
         self.rounds_ += 1
         w = self.w_ - self.lr_ * grad
-        norm = math.sqrt(float(w @ w))
+        norm = math.sqrt(_squared_norm(w))
         if norm > self.radius:
             w *= self.radius / norm
         self.w_ = w
 
-    def compiled(self) -> Compiled:
+    def compiled(self) -> Compiled | None:
         """The compiled form (``harness.engine``): ``ogd_step`` on
         ``(w, w_sum, [rounds], lr, radius)``, ``w`` changed in place."""
+        if replaces(self, OGD, ("step", "w")):
+            return None
         self.w_ = np.ascontiguousarray(self.w_, dtype=np.float64)
         state = (self.w_, self.w_sum_, np.array([self.rounds_], dtype=np.int64),
                  float(self.lr_), float(self.radius))
@@ -90,6 +92,15 @@ class OGD:
         """``B^2 / (2s) + s G^2 t / 2`` after ``t = rounds`` rounds (class docstring)."""
         B, s, G = self.radius, self.lr_, self.grad_bound_
         return B * B / (2 * s) + s * G * G * rounds / 2
+
+
+@njit(cache=True)
+def _squared_norm(w):  # pragma: no cover - compiled
+    """``w @ w`` summed in index order, as ``ogd_step`` sums it."""
+    total = 0.0
+    for i in range(w.size):
+        total += w[i] * w[i]
+    return total
 
 
 @njit(cache=True)

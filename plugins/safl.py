@@ -7,9 +7,12 @@ import math
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
 import harness
-from harness import Param, Proposal
+from harness import Compiled, Param, Proposal
+from harness.engine import replaces
+from plugins.lib.capped import CAPPED_SET, capped_set_euclidean, capped_set_sample
 
 
 class StochasticAFL:
@@ -109,10 +112,200 @@ class StochasticAFL:
         step[self.for_lambda_] = (self.eta_ * K.n / K.k) * losses[-K.k:]
         self.lam_ = K.euclidean_project(self.lam_ + step)
 
+    def compiled(self, constraint: Compiled | None) -> Compiled | None:
+        """The compiled form (``harness.engine``) on a capped simplex:
+        ``safl_propose``/``safl_observe`` on ``(lambda, lambda before the step,
+        all rows, the lambda step's coefficient eta n / k, a row mark, the rows
+        0..n-1, lambda sorted, one cap for every row, two scratch arrays)``, the
+        arrays changed in place; None on any other set, and for a subclass that
+        replaces a method the kernels stand for."""
+        if (constraint is None or constraint.kernels != CAPPED_SET
+                or replaces(self, StochasticAFL, ("propose", "observe"))):
+            return None
+        K = self.constraint_
+        n = K.n
+        caps = constraint.state[0]
+        state = (self.lam_, np.empty(n), self.all_rows_, float(self.eta_ * K.n / K.k),
+                 np.zeros(n, dtype=np.bool_), np.arange(n, dtype=np.int64),
+                 np.sort(self.lam_), bool(np.all(caps == caps[0])), np.empty(n), np.empty(n))
+        return Compiled("plugins.safl:safl", state)
+
     def regret_bound(self, rounds: int) -> float | None:
         """None: Mohri et al.'s guarantee bounds the expected gap, not the gap of
         a run (class docstring)."""
         return None
+
+
+@njit(cache=True)
+def _uniform_rows(n, size, rng, mark, perm):  # pragma: no cover - compiled
+    """``rng.choice(n, size=size, replace=False)``: the same rows from the same
+    draws as numpy's ``Generator.choice`` (Floyd's algorithm and a shuffle of
+    the sample; a partial shuffle of ``0..n-1`` when ``n > 10000`` and
+    ``size > n // 50``). ``mark`` (n booleans, all False) and ``perm``
+    (``0..n-1``) are scratch space, left as they were found."""
+    out = np.empty(size, dtype=np.int64)
+    if n > 10000 and size > n // 50:
+        swaps = np.empty(size, dtype=np.int64)
+        first = max(n - size, 1)
+        count = 0
+        for i in range(n - 1, first - 1, -1):
+            j = rng.integers(0, i + 1)
+            swaps[count] = j
+            count += 1
+            perm[i], perm[j] = perm[j], perm[i]
+        for j in range(size):
+            out[j] = perm[n - size + j]
+        for c in range(count - 1, -1, -1):
+            i = n - 1 - c
+            j = swaps[c]
+            perm[i], perm[j] = perm[j], perm[i]
+        return out
+    for j in range(n - size, n):
+        val = rng.integers(0, j + 1)
+        if mark[val]:
+            val = j
+        mark[val] = True
+        out[j - n + size] = val
+    for j in range(size):
+        mark[out[j]] = False
+    for i in range(size - 1, 0, -1):
+        j = rng.integers(0, i + 1)
+        out[i], out[j] = out[j], out[i]
+    return out
+
+
+@njit(cache=True)
+def safl_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``StochasticAFL.propose``: the w-player's draw ``S ~ lambda_t`` (the set's
+    sampler, weights ``m / k``) then k rows ``J`` uniformly without replacement
+    (weight 0), in that order, as Appendix E (subsection S-AFL) plays a round."""
+    lam, mark, perm = ps[0], ps[4], ps[5]
+    k = ks[2]
+    n = lam.size
+    for_w, mult = capped_set_sample(ks, lam, rng)
+    for_lambda = _uniform_rows(n, k, rng, mark, perm)
+    m = for_w.size
+    rows = np.empty(m + k, dtype=np.int64)
+    weights = np.zeros(m + k)
+    for j in range(m):
+        rows[j] = for_w[j]
+        weights[j] = mult[j] / k
+    for j in range(k):
+        rows[m + j] = for_lambda[j]
+    return rows, weights
+
+
+@njit(cache=True)
+def safl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``StochasticAFL.observe``: ``lambda <- Proj_K(lambda + eta (n/k) L_J 1_J)``
+    (Appendix E, subsection S-AFL); the action is ``lambda_t``, the point
+    before the step, on every row. With one cap for every row (the k-set, the
+    simplex) the projection is ``_project_one_cap``, else ``K.euclidean_project``
+    (``capped_set_euclidean``)."""
+    lam, before, all_rows, coef, ordered, one_cap = ps[0], ps[1], ps[2], ps[3], ps[6], ps[7]
+    k = ks[2]
+    n = lam.size
+    first = rows.size - k
+    for i in range(n):
+        before[i] = lam[i]
+    moved = rows[first:]
+    stepped = np.empty(k)
+    for j in range(k):
+        stepped[j] = lam[moved[j]] + coef * losses[first + j]
+    if one_cap:
+        _project_one_cap(before, moved, stepped, lam, ordered, ks[0][0], ps[8], ps[9])
+    else:
+        v = np.empty(n)
+        for i in range(n):
+            v[i] = before[i] + 0.0
+        for j in range(k):
+            v[moved[j]] = stepped[j]
+        lam[:] = capped_set_euclidean(ks, v)
+    return weights, all_rows, before
+
+
+@njit(cache=True)
+def _project_one_cap(old, moved, stepped, lam, ordered, cap, u, low):  # pragma: no cover - compiled
+    """``euclidean_projection_row_caps(v, caps)`` with every cap ``cap``, written
+    into ``lam``, where ``v`` is ``old`` but ``stepped`` on the rows ``moved``
+    and ``ordered`` holds ``old`` sorted; ``ordered`` then holds the new ``lam``
+    sorted. The same breakpoint walk on the same sorted arrays (``np.sort(v)``,
+    and ``np.sort(v - caps)``, which is ``np.sort(v) - cap`` when the cap is
+    shared), but ``np.sort(v)`` comes from ``ordered`` with the moved rows'
+    values taken out and put back (a merge, O(n)), and the new ``lam =
+    clip(v - tau, 0, cap)``, a nondecreasing map, keeps the order. ``u`` and
+    ``low`` (n each) are scratch space."""
+    n = old.size
+    m = moved.size
+    gone = np.empty(m)
+    come = stepped.copy()
+    for j in range(m):
+        gone[j] = old[moved[j]]
+    gone.sort()
+    come.sort()
+    out = 0
+    g = 0
+    c = 0
+    for i in range(n):
+        x = ordered[i]
+        if g < m and x == gone[g]:
+            g += 1
+            continue
+        while c < m and come[c] < x and out < n:
+            u[out] = come[c]
+            out += 1
+            c += 1
+        if out == n:
+            break
+        u[out] = x
+        out += 1
+    while c < m and out < n:
+        u[out] = come[c]
+        out += 1
+        c += 1
+    if g != m or c != m or out != n:  # ordered was not old sorted: sort afresh
+        for i in range(n):
+            u[i] = old[i] + 0.0
+        for j in range(m):
+            u[moved[j]] = stepped[j]
+        u.sort()
+    total_u = 0.0
+    total_low = 0.0
+    for i in range(n):
+        low[i] = u[i] - cap
+        total_u += u[i]
+        total_low += low[i]
+    if not (np.isfinite(total_u) and np.isfinite(total_low)):
+        raise ValueError("the Euclidean projection needs finite inputs and caps")
+    a = 0
+    b = 0
+    below_u = 0.0
+    below_low = 0.0
+    bp_j = min(u[0], low[0])
+    f_j = 1.0
+    slope_j = 0
+    first = True
+    while a < n or b < n:
+        bp = low[b] if b < n and (a >= n or low[b] <= u[a]) else u[a]
+        while a < n and u[a] <= bp:
+            below_u += u[a]
+            a += 1
+        while b < n and low[b] <= bp:
+            below_low += low[b]
+            b += 1
+        c1 = n - a
+        c2 = n - b
+        f = (total_u - below_u - c1 * bp) - (total_low - below_low - c2 * bp)
+        if f < 1.0 and not first:
+            break
+        bp_j, f_j, slope_j = bp, f, c1 - c2
+        first = False
+    tau = bp_j + (f_j - 1.0) / slope_j if slope_j > 0 else bp_j
+    for i in range(n):
+        lam[i] = min(max((old[i] + 0.0) - tau, 0.0), cap)
+        ordered[i] = min(max(u[i] - tau, 0.0), cap)
+    for j in range(m):
+        lam[moved[j]] = min(max(stepped[j] - tau, 0.0), cap)
 
 
 @harness.hookimpl

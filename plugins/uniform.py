@@ -9,6 +9,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
+from harness.engine import replaces
 
 try:  # numba's ports of numpy's bounded-integer draws (numpy/random/src/distributions)
     from numba.np.random.generator_core import next_uint32
@@ -85,7 +86,7 @@ class Uniform:
         """The compiled form (``harness.engine``), on any set (the player reads
         none): ``uniform_propose``/``uniform_observe`` on ``(batch weights, all
         rows, p, n, batch size, permutation scratch, swap scratch, sampled action)``."""
-        if constraint is None:
+        if constraint is None or replaces(self, Uniform, ("propose", "observe")):
             return None
         n, b = self.n_, self.b_
         tail = n > 10000 and b > n // 50  # numpy's choice shuffles 0..n-1 (_choice)

@@ -231,7 +231,9 @@ def test_user_scale_clips_at_one_and_counts(model):
         assert m.n_clipped - before == int(over.sum())
         total += int(over.sum())
         assert np.all(out[over] == 1.0)
-        np.testing.assert_allclose(out[~over], raw[~over] / scale, rtol=1e-15)
+        # losses() is the compiled kernel (a loop), raw_losses numpy (BLAS): the dot
+        # products round differently, up to about 1e-14 relative on small residuals
+        np.testing.assert_allclose(out[~over], raw[~over] / scale, rtol=1e-12)
         assert out.max() <= 1.0
 
         a = rng.random(40)

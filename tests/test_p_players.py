@@ -105,14 +105,16 @@ def test_a_bar_weights_the_outlier_above_uniform(p_player, constraint, k):
     # heaviest row (measured: 1.22/n for exp4mp, whose theory step is the
     # smallest, up to 3.7/n for safl). Ada-CVaR as its authors run it adapts
     # more slowly (one row per step, estimates divided by the k-subset marginal
-    # m_i rather than m_i / k): measured 1.083/n, so its threshold is 1.05/n,
-    # and at this budget the outlier is not yet its heaviest row.
-    prep = _prepare(p_player, constraint, k, budget=30000)
+    # m_i rather than m_i / k): at 30000 data points its weight on the outlier
+    # ranges over 0.56/n-1.9/n across seeds 0-5, at 300000 over 1.51/n-2.94/n, so
+    # it plays 300000 with the threshold 1.1/n; the outlier is not its heaviest
+    # row on every seed.
+    budget = 300000 if p_player == "adacvar" else 30000
+    prep = _prepare(p_player, constraint, k, budget=budget)
     harness.play(prep)
     a_bar = prep.game.state.a_sum / prep.context.parts.rounds
     n = a_bar.size
-    above = 1.05 if p_player == "adacvar" else 1.1
-    assert a_bar[OutlierRegression.OUTLIER] > above / n, a_bar[OutlierRegression.OUTLIER] * n
+    assert a_bar[OutlierRegression.OUTLIER] > 1.1 / n, a_bar[OutlierRegression.OUTLIER] * n
     if p_player != "adacvar":
         assert np.argmax(a_bar) == OutlierRegression.OUTLIER
 
