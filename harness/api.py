@@ -18,6 +18,7 @@ import numpy as np
 
 from harness import state, stream
 from harness.context import RunContext, attach
+from harness.engine import forms as engine_forms
 from harness.game import Components, Game, checkpoint_rounds
 from harness.params import ConfigError, Param, check
 from harness.protocols import refusal
@@ -241,6 +242,11 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
             "minimax_bench_version": package_version()}
     context = RunContext(config=conf, params=params, tags=tags)
     parts = Components(dataset, model, constraint, p_player, w_player, names)
+    if conf.get("engine") == "compiled":  # refused before any run starts
+        found = engine_forms(parts)
+        if isinstance(found, str):
+            raise ConfigError(f"engine=compiled: {found}; use engine=auto (or python) to play "
+                              "it on the Python loop.")
     return Prepared(parts, horizon, budget, seed, checkpoint_rounds(horizon, n_cp, per_round),
                     context, registry)
 

@@ -186,8 +186,10 @@ class Game:
     def _play_compiled(self, forms: engines.Forms) -> dict[str, float]:
         """The rounds in compiled calls (``harness.engine``): each call plays up
         to the next checkpoint, or fewer rounds so that it lasts about
-        ``CALL_SECONDS``, after which a pending signal is honoured (a compiled
-        call cannot be interrupted)."""
+        ``CALL_SECONDS`` (the first plays one round, each next up to four times
+        as many), after which a pending signal is honoured (a compiled call
+        cannot be interrupted). The driver is loaded, or compiled, before the
+        first round, while a signal still interrupts at once."""
         parts, state = self.parts, self.state
         play = engines.driver(forms.p_player.kernels, forms.model.kernels,
                               forms.w_player.kernels)
@@ -199,19 +201,17 @@ class Game:
         info = np.array([0, 0, state.data_points], dtype=np.int64)
         pending = [int(r) for r in self.checkpoints if r > state.rounds]
         stride = max(1, self.horizon // 200)
+        play(1, 0, *args, info)  # no round: load (or compile) first, while a signal interrupts
         t0 = time.perf_counter() - state.wall_time
         stop = self.stop_requests
         self.started = True
-        first, calls, per_round = state.rounds + 1, 0, None
+        first, most = state.rounds + 1, 1
         while first <= self.horizon:
             if stop:
                 raise KeyboardInterrupt(f"signal {stop[0]} before round {first}")
             while pending and pending[0] < first:
                 pending.pop(0)
-            last = pending[0] if pending else self.horizon
-            # the first calls are short (the first may compile); then about CALL_SECONDS each
-            most = 64 if per_round is None else max(1, int(CALL_SECONDS / per_round))
-            last = min(last, first + most - 1)
+            last = min(pending[0] if pending else self.horizon, first + most - 1)
             began = time.perf_counter()
             try:
                 code, rows, values = play(first, last, *args, info)
@@ -219,16 +219,18 @@ class Game:
                 raise
             except _NUMERIC_ERRORS as err:
                 forms.store()
-                phase = engines.PHASES.get(int(info[1]), "a round")
-                raise self._failed(phase, int(info[0]), err) from err
+                kind, call = engines.PHASES.get(int(info[1]), ("p_player", "a round"))
+                name = self.parts.names.get(kind)
+                raise GuardError(f"{kind.replace('_', '-')} '{name}' failed in {call} at round "
+                                 f"{int(info[0])}: {type(err).__name__}: {err}") from err
             finally:
                 state.data_points = int(info[2])
             forms.store()
             if code != engines.DONE:
                 self._compiled_failure(code, int(info[0]), rows, values)
-            calls += 1
-            if calls > 1:  # the first call's time includes loading the compiled code
-                per_round = max((time.perf_counter() - began) / (last - first + 1), 1e-9)
+            # calls grow fourfold up to about CALL_SECONDS each
+            per_round = max((time.perf_counter() - began) / (last - first + 1), 1e-9)
+            most = max(1, min(4 * most, int(CALL_SECONDS / per_round)))
             if pending and last == pending[0]:
                 pending.pop(0)
                 state.rounds = last

@@ -84,6 +84,8 @@ class Exp3IX:
         self.log_w_ = np.zeros(n)
         self.p_ = np.full(n, 1.0 / n)
         self.one_ = np.ones(1)
+        self.state_ = (self.log_w_, self.p_, _exp(self.log_w_), self.one_, float(self.eta_),
+                       float(self.gamma_))
         return {"eta": self.eta_, "gamma": self.gamma_, "delta": self.delta}
 
     @property
@@ -95,11 +97,12 @@ class Exp3IX:
         return Proposal(self.rows_, self.one_)
 
     def observe(self, losses: np.ndarray) -> None:
-        i = self.rows_[0]
-        self.log_w_[i] -= self.eta_ * (1.0 - losses[0]) / (self.p_[i] + self.gamma_)
-        self.log_w_ -= self.log_w_.max()
-        w = np.exp(self.log_w_)
-        self.p_ = w / w.sum()
+        """Lines 7-8 of Algorithm 3 and the next round's Line 3 in
+        ``exp_ix_observe``, the kernel the compiled path runs too (numpy's
+        vectorised ``exp`` rounds differently from the kernel's in about 5 % of
+        last bits, which a bandit's sampling would carry into different rows)."""
+        exp_ix_observe(self.state_, None, self.rows_, self.one_,
+                       np.ascontiguousarray(losses, dtype=np.float64))
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``) on a capped simplex:
@@ -109,9 +112,7 @@ class Exp3IX:
         if (constraint is None or constraint.kernels != CAPPED_SET
                 or replaces(self, Exp3IX, ("propose", "observe"))):
             return None
-        state = (self.log_w_, self.p_, _exp(self.log_w_), self.one_, float(self.eta_),
-                 float(self.gamma_))
-        return Compiled("plugins.exp_ix:exp_ix", state)
+        return Compiled("plugins.exp_ix:exp_ix", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """The bound of the class docstring after ``rounds`` rounds at the eta

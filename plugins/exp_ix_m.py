@@ -16,6 +16,7 @@ from plugins.lib.capped import (
     CAPPED_SET,
     capped_set_project,
     capped_set_sample,
+    capped_set_state,
     needs_sets_of_k_rows,
 )
 from plugins.lib.kset_tree import CappedWeightTree, tree_ix_step, tree_sample
@@ -123,10 +124,15 @@ class ExpIXM:
         self.gamma_ = self.gamma if self.gamma is not None else self.eta_ / 2
         if state == "tree":
             self.tree_ = CappedWeightTree(n, k)
-        else:
+        self.weights_ = np.full(k, 1.0 / k)
+        if state != "tree":
             self.tree_ = None
             self.p_ = np.full(n, 1.0 / n)
-        self.weights_ = np.full(k, 1.0 / k)
+            caps = constraint.row_caps()
+            self.dense_state_ = (self.p_, np.empty(n), self.weights_, float(self.eta_),
+                                 float(self.gamma_))
+            self.set_state_ = capped_set_state(caps, k, "depround",
+                                               abs(float(caps.sum()) - 1.0) <= 1e-12)
         return {"eta": self.eta_, "gamma": self.gamma_, "delta": self.delta, "state": state}
 
     @property
@@ -148,11 +154,10 @@ class ExpIXM:
         if self.tree_ is not None:
             self.tree_.ix_step(self.rows_, losses, self.eta_, self.gamma_)
             return None
-        k, rows, p = self.constraint_.k, self.rows_, self.p_
-        with np.errstate(divide="ignore"):
-            log_w = np.log(p)
-        log_w[rows] -= self.eta_ * (1.0 - losses) / (k * p[rows] + self.gamma_)
-        self.p_ = self.constraint_.project(log_w, 0.0, log_domain=True)
+        # the IX step and the projection onto the row caps in the kernel the
+        # compiled path runs too: numpy's vectorised log rounds differently
+        exp_ix_m_dense_observe(self.dense_state_, self.set_state_, self.rows_, self.weights_,
+                               np.ascontiguousarray(losses, dtype=np.float64))
         return None
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
@@ -171,9 +176,7 @@ class ExpIXM:
                             lambda state: tree.compiled_store(state[0]))
         if constraint.kernels != CAPPED_SET:
             return None
-        state = (self.p_, np.empty_like(self.p_), self.weights_, float(self.eta_),
-                 float(self.gamma_))
-        return Compiled("plugins.exp_ix_m:exp_ix_m_dense", state)
+        return Compiled("plugins.exp_ix_m:exp_ix_m_dense", self.dense_state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """The bound of the class docstring after ``rounds`` rounds at the step

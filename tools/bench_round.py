@@ -48,9 +48,8 @@ def config(dataset: str, budget: float, k: int, checkpoints: int,
 
 def rounds_time(overrides: list[str], dataset: str, k: int, rounds: int, engine: str) -> float:
     """Seconds per round of ``rounds`` rounds on ``engine`` (checkpoint time excluded)."""
-    base = [*QUIET, f"dataset={dataset}", f"constraint.k={k}", "seed=0", *overrides]
-    if "p_player=exp_ix" in overrides:
-        base.append("constraint=simplex")
+    set_over = ["constraint=simplex"] if "p_player=exp_ix" in overrides else [f"constraint.k={k}"]
+    base = [*QUIET, f"dataset={dataset}", *set_over, "seed=0", *overrides]
     probe = harness.prepare(harness.compose([*base, "budget=1000000"]))
     per_round = probe.parts.p_player.rows_per_round(probe.parts.constraint)
     prep = harness.prepare(harness.compose([*base, f"budget={rounds * per_round}"]))
