@@ -231,14 +231,22 @@ def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
     stale = False
     if all_rows:
         c = eta * conf
-        for i in range(n):
-            if not capped[i]:
-                d = c * (1.0 / (k * p[i]))
+        if c * n / (k * gamma) < 1e-3 if gamma > 0.0 else False:
+            # every p_i >= gamma / n, so every increment is below 1e-3: one
+            # branch-free pass (vectorised) with the Taylor polynomial of exp
+            for i in range(n):
+                d = 0.0 if capped[i] else c * (1.0 / (k * p[i]))
                 log_w[i] += d
-                if d > 100.0:
-                    stale = True
-                else:
-                    w[i] *= _exp_small(d)
+                w[i] *= 1.0 + d * (1.0 + d * (0.5 + d * (1.0 / 6.0 + d * (1.0 / 24.0))))
+        else:
+            for i in range(n):
+                if not capped[i]:
+                    d = c * (1.0 / (k * p[i]))
+                    log_w[i] += d
+                    if d > 100.0:
+                        stale = True
+                    else:
+                        w[i] *= _exp_small(d)
     for j in range(rows.size):
         i = rows[j]
         if capped[i]:
