@@ -4,7 +4,9 @@ Config (``tracking`` in ``conf/config.yaml``): ``enabled``, ``uri`` (default
 ``sqlite:///mlflow.db`` in the working directory, or ``$MLFLOW_TRACKING_URI``),
 ``experiment``, ``run_name``. Metrics are logged in one batch per checkpoint
 with ``step`` = data points processed. mlflow is imported only here, and only
-when tracking is enabled (the import costs about a second).
+when tracking is enabled, at the tracker's run start (the import and the
+store cost one to two seconds); the early check of a tracking server needs
+no mlflow.
 
 Faults: an unreachable tracking server stops a run before it computes
 anything; a server that fails mid-run does not lose checkpoints: they are
@@ -26,12 +28,14 @@ open it; an interrupted run's notice says that the run is marked KILLED.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +99,62 @@ def _client(uri: str | None):
     retries (explicit MLFLOW_HTTP_REQUEST_* settings of the user win)."""
     for key, value in _HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    from mlflow.tracking import MlflowClient
+    with _gc_paused():  # mlflow, and the store the client opens, are imported here
+        from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+        return MlflowClient(tracking_uri=uri)
 
 
-def _probe(uri: str) -> None:
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside the block.
+
+    Importing mlflow and its store creates some 400,000 objects that live as
+    long as the process, and hardly any garbage: collections during the
+    import only walk them again and again, and so would every full collection
+    after it. A single run of the ``minimax-bench`` command, which keeps its
+    long-lived objects out of the collector's reach (``gc.freeze``), moves
+    them there too at the end of the block, with everything else alive then
+    (the process ends with the run). Nothing is frozen anywhere else (the
+    Python API; the jobs of a multirun, which may share a process: what one
+    job leaves behind must stay collectable).
+    """
+    freeze = gc.get_freeze_count() > 0 and _single_run()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+def _single_run() -> bool:
+    """Whether this process plays one Hydra run (not a job of a multirun)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.RUN
+
+
+def _resolved_uri(uri: str | None) -> str | None:
+    """The URI a client of ``uri`` writes to, without importing mlflow: ``uri``;
+    else a loaded mlflow's (``mlflow.set_tracking_uri`` included); else
+    ``$MLFLOW_TRACKING_URI``; else None, MLflow's local default (never a server)."""
+    if uri:
+        return uri
+    if "mlflow" in sys.modules:
+        import mlflow
+
+        return mlflow.get_tracking_uri()
+    return os.environ.get("MLFLOW_TRACKING_URI") or None
+
+
+def _probe(uri: str | None) -> None:
     """Refuse to start when a tracking server is unreachable (before any computing)."""
-    if not uri.startswith(("http://", "https://")):
+    if uri is None or not uri.startswith(("http://", "https://")):
         return
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10):
@@ -121,7 +173,7 @@ def check_before_start(context):
     is computed."""
     settings = _settings(context)
     if settings is not None:
-        _probe(_client(settings.get("uri") or None).tracking_uri)
+        _probe(_resolved_uri(settings.get("uri") or None))
     return (yield)
 
 
@@ -130,9 +182,15 @@ def on_run_start(context):
     settings = _settings(context)
     if settings is None:
         return
+    with _gc_paused():  # mlflow and its store are imported here
+        _start(context, settings)
+
+
+def _start(context, settings: dict[str, Any]) -> None:
+    """Open the store, then create the run (or take over a resumed one) and log its params."""
+    client = _client(settings.get("uri") or None)
     from mlflow.entities import Param as MlflowParam
 
-    client = _client(settings.get("uri") or None)
     name = settings.get("experiment") or "minimax-bench"
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
@@ -335,8 +393,8 @@ class SweepCallback(Callback):
         tracking = validate("tracking", PARAMS, {k: block[k] for k in block})
         if not tracking["enabled"]:
             return
+        _probe(_resolved_uri(tracking.get("uri") or None))
         client = _client(tracking.get("uri") or None)
-        _probe(client.tracking_uri)
         name = tracking.get("experiment") or "minimax-bench"
         experiment_id = _experiment_id(client, name)
         sweep_dir = Path(config.hydra.sweep.dir)
