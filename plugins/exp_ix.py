@@ -12,6 +12,7 @@ import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
+from plugins.lib.draws import pairwise_sum
 
 
 class Exp3IX:
@@ -134,81 +135,6 @@ def _exp(log_w):  # pragma: no cover - compiled
     for i in range(log_w.size):
         w[i] = np.exp(log_w[i])
     return w
-
-
-@njit(cache=True)
-def _block_sum(a, lo, n):  # pragma: no cover - compiled
-    """numpy's sum of a block of at most 128 entries: sequential below 8, else
-    8 accumulators combined pairwise, then the rest of ``n % 8``."""
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = lo + 8
-    stop = lo + n - n % 8
-    while i < stop:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < lo + n:
-        res += a[i]
-        i += 1
-    return res
-
-
-@njit(cache=True)
-def pairwise_sum(a):  # pragma: no cover - compiled
-    """``a.sum()`` in numpy's order, so that the two are equal: numpy's pairwise
-    summation of a contiguous float64 array splits a range of more than 128
-    entries in two at ``n // 2`` rounded down to a multiple of 8, sums each
-    half and adds them (``_block_sum`` below). Walked with an explicit stack
-    of (start, length, half done, left sum) frames."""
-    n = a.size
-    if n <= 128:
-        return _block_sum(a, 0, n)
-    starts = np.empty(64, dtype=np.int64)
-    lengths = np.empty(64, dtype=np.int64)
-    left_done = np.zeros(64, dtype=np.bool_)
-    left = np.empty(64)
-    starts[0], lengths[0], left_done[0] = 0, n, False
-    depth = 1
-    while True:
-        top = depth - 1
-        lo, m = starts[top], lengths[top]
-        if m > 128:  # split: push the left half
-            half = m // 2
-            half -= half % 8
-            starts[depth], lengths[depth], left_done[depth] = lo, half, False
-            depth += 1
-            continue
-        value = _block_sum(a, lo, m)
-        depth -= 1
-        while depth > 0:  # hand the value up: a left half waits for its right half
-            top = depth - 1
-            if not left_done[top]:
-                left[top] = value
-                left_done[top] = True
-                half = lengths[top] // 2
-                half -= half % 8
-                starts[depth] = starts[top] + half
-                lengths[depth] = lengths[top] - half
-                left_done[depth] = False
-                depth += 1
-                break
-            value = left[top] + value
-            depth -= 1
-        if depth == 0:
-            return value
 
 
 @njit(cache=True)

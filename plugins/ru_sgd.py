@@ -25,6 +25,7 @@ from numba import njit, objmode
 import harness
 from harness import Compiled, Param, Proposal
 from plugins.lib.capped import needs_row_caps
+from plugins.lib.draws import choice, pairwise_sum
 
 #: the constraint sets whose ``lmo`` the compiled kernels call back, by token
 _SETS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -193,114 +194,13 @@ def _lmo(token: int, seen: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _uniform_rows(n, size, rng, mark, perm):  # pragma: no cover - compiled
-    """``rng.choice(n, size=size, replace=False)``: the same rows from the same
-    draws as numpy's ``Generator.choice`` (Floyd's algorithm and a shuffle of
-    the sample; a partial shuffle of ``0..n-1`` when ``n > 10000`` and
-    ``size > n // 50``). ``mark`` (n booleans, all False) and ``perm``
-    (``0..n-1``) are scratch space, left as they were found."""
-    out = np.empty(size, dtype=np.int64)
-    if n > 10000 and size > n // 50:
-        swaps = np.empty(size, dtype=np.int64)
-        first = max(n - size, 1)
-        count = 0
-        for i in range(n - 1, first - 1, -1):
-            j = rng.integers(0, i + 1)
-            swaps[count] = j
-            count += 1
-            perm[i], perm[j] = perm[j], perm[i]
-        for j in range(size):
-            out[j] = perm[n - size + j]
-        for c in range(count - 1, -1, -1):
-            i = n - 1 - c
-            j = swaps[c]
-            perm[i], perm[j] = perm[j], perm[i]
-        return out
-    for j in range(n - size, n):
-        val = rng.integers(0, j + 1)
-        if mark[val]:
-            val = j
-        mark[val] = True
-        out[j - n + size] = val
-    for j in range(size):
-        mark[out[j]] = False
-    for i in range(size - 1, 0, -1):
-        j = rng.integers(0, i + 1)
-        out[i], out[j] = out[j], out[i]
-    return out
-
-
-@njit(cache=True)
-def _numpy_block_sum(a, start, count):  # pragma: no cover - compiled
-    """numpy's sum of at most 128 values: in order below 8, else 8 partial sums."""
-    if count < 8:
-        total = 0.0
-        for i in range(count):
-            total += a[start + i]
-        return total
-    r0, r1, r2, r3 = a[start], a[start + 1], a[start + 2], a[start + 3]
-    r4, r5, r6, r7 = a[start + 4], a[start + 5], a[start + 6], a[start + 7]
-    i = 8
-    while i < count - count % 8:
-        j = start + i
-        r0 += a[j]
-        r1 += a[j + 1]
-        r2 += a[j + 2]
-        r3 += a[j + 3]
-        r4 += a[j + 4]
-        r5 += a[j + 5]
-        r6 += a[j + 6]
-        r7 += a[j + 7]
-        i += 8
-    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < count:
-        total += a[start + i]
-        i += 1
-    return total
-
-
-@njit(cache=True)
-def _numpy_sum(a):  # pragma: no cover - compiled
-    """``a.sum()`` as numpy adds: pairwise, halves rounded down to a multiple of 8,
-    down to blocks of at most 128 values (``_numpy_block_sum``); the halves are
-    walked with an explicit stack."""
-    n = a.size
-    if n <= 128:
-        return _numpy_block_sum(a, 0, n)
-    starts = np.empty(130, dtype=np.int64)
-    counts = np.empty(130, dtype=np.int64)
-    combine = np.zeros(130, dtype=np.bool_)
-    values = np.empty(130)
-    top = 0
-    filled = 0
-    starts[0], counts[0], combine[0] = 0, n, False
-    while top >= 0:
-        start, count, join = starts[top], counts[top], combine[top]
-        top -= 1
-        if join:
-            values[filled - 2] = values[filled - 2] + values[filled - 1]
-            filled -= 1
-        elif count <= 128:
-            values[filled] = _numpy_block_sum(a, start, count)
-            filled += 1
-        else:
-            half = count // 2
-            half -= half % 8
-            starts[top + 1], counts[top + 1], combine[top + 1] = start, count, True
-            starts[top + 2], counts[top + 2], combine[top + 2] = start + half, count - half, False
-            starts[top + 3], counts[top + 3], combine[top + 3] = start, half, False
-            top += 3
-    return values[0]
-
-
-@njit(cache=True)
 def ru_sgd_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``TruncatedCVaR.propose``: every ``ceil(n/b)`` rounds ``p`` becomes the
     set's ``lmo`` of the last losses seen (called back into Python) and the
     action its support; then b rows uniformly without replacement. The batch
     weights depend on the losses: ``ru_sgd_observe`` gives them."""
     seen, p, act_rows, act_values, act_size = ps[0], ps[2], ps[3], ps[4], ps[5]
-    rounds, refresh, b, token, mark, perm = ps[6], ps[9], ps[10], ps[12], ps[13], ps[14]
+    rounds, refresh, b, token, perm = ps[6], ps[9], ps[10], ps[12], ps[14]
     n = seen.size
     rounds[0] += 1
     if rounds[0] % refresh == 0:
@@ -314,7 +214,7 @@ def ru_sgd_propose(ps, ks, rng):  # pragma: no cover - compiled
                 act_values[size] = answer[i]
                 size += 1
         act_size[0] = size
-    return _uniform_rows(n, b, rng, mark, perm), np.zeros(b)
+    return choice(rng, n, b, perm, np.empty(b, dtype=np.int64)), np.zeros(b)
 
 
 @njit(cache=True)
@@ -337,7 +237,7 @@ def ru_sgd_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
         else:
             slope = 1.0 if excess > 0.0 else 0.0
         out[j] = scale[rows[j]] * slope
-    step = tau[0] - tau_lr * (1.0 - _numpy_sum(out))
+    step = tau[0] - tau_lr * (1.0 - pairwise_sum(out))
     step = step if step > 0.0 else 0.0
     tau[0] = step if step < 1.0 else 1.0
     size = act_size[0]

@@ -12,7 +12,13 @@ from numba import njit
 import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
-from plugins.lib.capped import CAPPED_SET, capped_set_euclidean, capped_set_sample
+from plugins.lib.capped import (
+    CAPPED_SET,
+    capped_set_euclidean,
+    capped_set_sample,
+    sorted_breakpoint_threshold,
+)
+from plugins.lib.draws import choice
 
 
 class StochasticAFL:
@@ -137,53 +143,15 @@ class StochasticAFL:
 
 
 @njit(cache=True)
-def _uniform_rows(n, size, rng, mark, perm):  # pragma: no cover - compiled
-    """``rng.choice(n, size=size, replace=False)``: the same rows from the same
-    draws as numpy's ``Generator.choice`` (Floyd's algorithm and a shuffle of
-    the sample; a partial shuffle of ``0..n-1`` when ``n > 10000`` and
-    ``size > n // 50``). ``mark`` (n booleans, all False) and ``perm``
-    (``0..n-1``) are scratch space, left as they were found."""
-    out = np.empty(size, dtype=np.int64)
-    if n > 10000 and size > n // 50:
-        swaps = np.empty(size, dtype=np.int64)
-        first = max(n - size, 1)
-        count = 0
-        for i in range(n - 1, first - 1, -1):
-            j = rng.integers(0, i + 1)
-            swaps[count] = j
-            count += 1
-            perm[i], perm[j] = perm[j], perm[i]
-        for j in range(size):
-            out[j] = perm[n - size + j]
-        for c in range(count - 1, -1, -1):
-            i = n - 1 - c
-            j = swaps[c]
-            perm[i], perm[j] = perm[j], perm[i]
-        return out
-    for j in range(n - size, n):
-        val = rng.integers(0, j + 1)
-        if mark[val]:
-            val = j
-        mark[val] = True
-        out[j - n + size] = val
-    for j in range(size):
-        mark[out[j]] = False
-    for i in range(size - 1, 0, -1):
-        j = rng.integers(0, i + 1)
-        out[i], out[j] = out[j], out[i]
-    return out
-
-
-@njit(cache=True)
 def safl_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``StochasticAFL.propose``: the w-player's draw ``S ~ lambda_t`` (the set's
     sampler, weights ``m / k``) then k rows ``J`` uniformly without replacement
     (weight 0), in that order, as Appendix E (subsection S-AFL) plays a round."""
-    lam, mark, perm = ps[0], ps[4], ps[5]
+    lam, perm = ps[0], ps[5]
     k = ks[2]
     n = lam.size
     for_w, mult = capped_set_sample(ks, lam, rng)
-    for_lambda = _uniform_rows(n, k, rng, mark, perm)
+    for_lambda = choice(rng, n, k, perm, np.empty(k, dtype=np.int64))
     m = for_w.size
     rows = np.empty(m + k, dtype=np.int64)
     weights = np.zeros(m + k)
@@ -269,38 +237,9 @@ def _project_one_cap(old, moved, stepped, lam, ordered, cap, u, low):  # pragma:
         for j in range(m):
             u[moved[j]] = stepped[j]
         u.sort()
-    total_u = 0.0
-    total_low = 0.0
     for i in range(n):
         low[i] = u[i] - cap
-        total_u += u[i]
-        total_low += low[i]
-    if not (np.isfinite(total_u) and np.isfinite(total_low)):
-        raise ValueError("the Euclidean projection needs finite inputs and caps")
-    a = 0
-    b = 0
-    below_u = 0.0
-    below_low = 0.0
-    bp_j = min(u[0], low[0])
-    f_j = 1.0
-    slope_j = 0
-    first = True
-    while a < n or b < n:
-        bp = low[b] if b < n and (a >= n or low[b] <= u[a]) else u[a]
-        while a < n and u[a] <= bp:
-            below_u += u[a]
-            a += 1
-        while b < n and low[b] <= bp:
-            below_low += low[b]
-            b += 1
-        c1 = n - a
-        c2 = n - b
-        f = (total_u - below_u - c1 * bp) - (total_low - below_low - c2 * bp)
-        if f < 1.0 and not first:
-            break
-        bp_j, f_j, slope_j = bp, f, c1 - c2
-        first = False
-    tau = bp_j + (f_j - 1.0) / slope_j if slope_j > 0 else bp_j
+    tau = sorted_breakpoint_threshold(u, low)
     for i in range(n):
         lam[i] = min(max((old[i] + 0.0) - tau, 0.0), cap)
         ordered[i] = min(max(u[i] - tau, 0.0), cap)

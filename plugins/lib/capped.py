@@ -170,23 +170,12 @@ def capped_simplex_euclidean(v: np.ndarray, caps: float | np.ndarray) -> np.ndar
 
 
 @njit(cache=True)
-def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
-    """Euclidean projection of ``v`` onto ``{0 <= p_i <= c_i, sum p = 1}``
-    (``c = caps``, ``sum c >= 1``), compiled; the k-set passes a constant cap.
-
-    ``p_i = clip(v_i - tau, 0, c_i)`` where ``f(tau) = sum_i clip(v_i - tau,
-    0, c_i)`` is piecewise linear and non-increasing with breakpoints
-    ``v_i`` and ``v_i - c_i``. The breakpoints are walked in increasing
-    order (a merge of the sorted ``v`` and the sorted ``v - caps``) with
-    running sums, up to the last one where ``f >= 1``; ``tau`` is interpolated
-    on the segment after it, where ``f`` has slope ``-(#rows strictly between
-    their two breakpoints)``. O(n log n) for the two sorts, exact up to the
-    rounding of the running sums (inputs are O(1) in use: a point of the set
-    plus a step). A NaN or inf input raises ValueError.
-    """
-    n = v.size
-    u = np.sort(v)
-    low = np.sort(v - caps)
+def sorted_breakpoint_threshold(u, low):  # pragma: no cover - compiled
+    """The ``tau`` of the Euclidean projection ``p_i = clip(v_i - tau, 0, c_i)``
+    from the sorted breakpoints ``u`` (of ``v``) and ``low`` (of ``v - c``): the
+    walk of ``euclidean_projection_row_caps``. Raises ValueError on a
+    non-finite input."""
+    n = u.size
     total_u = 0.0
     total_low = 0.0
     for i in range(n):
@@ -217,7 +206,28 @@ def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
             break
         bp_j, f_j, slope_j = bp, f, c1 - c2
         first = False
-    tau = bp_j + (f_j - 1.0) / slope_j if slope_j > 0 else bp_j
+    return bp_j + (f_j - 1.0) / slope_j if slope_j > 0 else bp_j
+
+
+@njit(cache=True)
+def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
+    """Euclidean projection of ``v`` onto ``{0 <= p_i <= c_i, sum p = 1}``
+    (``c = caps``, ``sum c >= 1``), compiled; the k-set passes a constant cap.
+
+    ``p_i = clip(v_i - tau, 0, c_i)`` where ``f(tau) = sum_i clip(v_i - tau,
+    0, c_i)`` is piecewise linear and non-increasing with breakpoints
+    ``v_i`` and ``v_i - c_i``. The breakpoints are walked in increasing
+    order (a merge of the sorted ``v`` and the sorted ``v - caps``) with
+    running sums, up to the last one where ``f >= 1``; ``tau`` is interpolated
+    on the segment after it, where ``f`` has slope ``-(#rows strictly between
+    their two breakpoints)``. O(n log n) for the two sorts, exact up to the
+    rounding of the running sums (inputs are O(1) in use: a point of the set
+    plus a step). A NaN or inf input raises ValueError.
+    """
+    n = v.size
+    u = np.sort(v)
+    low = np.sort(v - caps)
+    tau = sorted_breakpoint_threshold(u, low)
     p = np.empty(n)
     for i in range(n):
         p[i] = min(max(v[i] - tau, 0.0), caps[i])
