@@ -277,6 +277,20 @@ def _cached(ms, rows, width):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _scaled(ms, raw):  # pragma: no cover - compiled
+    """``raw / scale`` in place, clipped at 1 (and counted in ``ms[2]``) when the
+    scale is below the proven bound: ``_ScaledLoss.losses`` of both models."""
+    scale, clips, clipped = ms[0], ms[1], ms[2]
+    for j in range(raw.size):
+        v = raw[j] / scale
+        if clips and v > 1.0:
+            clipped[0] += 1
+            v = 1.0
+        raw[j] = v
+    return raw
+
+
+@njit(cache=True)
 def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
     """Residuals ``<theta, x_i> + b - y_i`` of ``rows``, kept for the next ``grad``."""
     d = X.shape[1]
@@ -297,16 +311,11 @@ def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
 def linear_mse_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LinearMSE.losses`` of ``rows``: squared residuals over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
-    scale, clips, clipped = ms[0], ms[1], ms[2]
     r = _linear_raw(ms, w, X, y, rows)
-    out = np.empty(rows.size)
+    raw = np.empty(rows.size)
     for j in range(rows.size):
-        v = r[j] * r[j] / scale
-        if clips and v > 1.0:
-            clipped[0] += 1
-            v = 1.0
-        out[j] = v
-    return out
+        raw[j] = r[j] * r[j]
+    return _scaled(ms, raw)
 
 
 @njit(cache=True)
@@ -380,16 +389,12 @@ def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
 def logistic_cel_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LogisticCEL.losses`` of ``rows``: cross-entropy over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
-    scale, clips, clipped, C = ms[0], ms[1], ms[2], ms[3]
+    C = ms[3]
     logp = _logistic_logp(ms, w, X, y, rows, C)
-    out = np.empty(rows.size)
+    raw = np.empty(rows.size)
     for j in range(rows.size):
-        v = -logp[j * C + y[rows[j]]] / scale
-        if clips and v > 1.0:
-            clipped[0] += 1
-            v = 1.0
-        out[j] = v
-    return out
+        raw[j] = -logp[j * C + y[rows[j]]]
+    return _scaled(ms, raw)
 
 
 @njit(cache=True)
