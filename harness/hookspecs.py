@@ -78,6 +78,15 @@ def register_datasets(register: Register) -> None:
 
 
 @hookspec
+def register_solvers(register: Register) -> None:
+    """Register whole-algorithm solver classes (``harness.protocols.Solver``):
+    algorithms that do not decompose into a p-player and a w-player, run on
+    the problem ``F`` of ``harness.problem`` (``solver=<name>``). The game of
+    Algorithm 1 is the built-in solver ``game``, composed from the
+    ``p_player`` and ``w_player`` groups."""
+
+
+@hookspec
 def register_config_blocks(register: Callable[[ConfigBlock], None]) -> None:
     """Register the top-level config blocks this plugin reads
     (``harness.ConfigBlock``: a name, a ``Param`` table, the values that turn

@@ -205,6 +205,44 @@ class WPlayer(Protocol):
 
 
 @runtime_checkable
+class Solver(Protocol):
+    """A whole algorithm for the problem ``F`` (``harness.problem.Problem``), for
+    methods that do not decompose into a p-player and a w-player (they keep
+    per-row tables: LSVRG, Prospect, a full-batch method).
+
+    The harness owns the loop between checkpoints: it calls ``advance`` with
+    growing data-point targets (each call lasting a fraction of a second, so a
+    signal is honoured between calls), evaluates the metrics at ``w`` and
+    saves the solver, tables included, by pickling it (so a killed run
+    resumes with identical numbers: keep every value in attributes, draw
+    every random number from the ``rng`` handed in).
+    """
+
+    name: ClassVar[str]
+    params: ClassVar[Mapping[str, Param]]
+    #: the iterate whose metrics are reported (the last one, or an average)
+    w: np.ndarray
+    #: rows whose loss or gradient was evaluated so far (every evaluation at
+    #: a different point counts once per row per step)
+    data_points: int
+    #: per-row gradient evaluations so far
+    grad_evals: int
+
+    def setup(self, problem: Any, budget: int) -> dict[str, Any]:
+        """Build state for ``problem`` and a budget of ``budget`` data points;
+        return the values to record (resolved step sizes and the like).
+        Raise ``harness.ConfigError`` naming why if the solver cannot run it."""
+        ...
+
+    def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
+        """Run steps until ``data_points >= until`` (a step may overshoot)."""
+        ...
+
+    # Optional: ``q``, a point of K (the solver's dual iterate); when present
+    # the checkpoints also report a certified ``dual_gap`` ``F(w) - D(q)``.
+
+
+@runtime_checkable
 class Model(Protocol):
     """Per-example losses scaled to [0, 1], their gradients and task metrics."""
 

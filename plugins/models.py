@@ -110,41 +110,56 @@ def _row_norm_bound(X: np.ndarray, chunk: int = 65536) -> float:
 
 
 class LinearMSE(_ScaledLoss):
-    """Linear regression ``f(x) = <theta, x> + b`` with loss ``(f(x) - y)^2``."""
+    """Linear regression ``f(x) = <theta, x> + b`` with loss ``(f(x) - y)^2``
+    (``bias=false``: ``f(x) = <theta, x>``, parameters ``theta`` alone, as in
+    the DRO literature's experiments)."""
 
     name: ClassVar[str] = "linear_mse"
     task: ClassVar[str] = "regression"
     kernels: ClassVar[str] = "plugins.models:linear_mse"
+    params: ClassVar[dict[str, Param]] = {
+        "loss_scale": _SCALE,
+        "bias": Param(bool, default=True, doc="an intercept b (a parameter of w)"),
+    }
+
+    def __init__(self, loss_scale: float | None = None, bias: bool = True) -> None:
+        super().__init__(loss_scale)
+        self.bias = bias
 
     def setup(self, dataset, radius: float) -> dict[str, float]:
         self.d_ = dataset.X.shape[1]
         self.rows_ = dataset.X.shape[0]
-        self.n_params = self.d_ + 1
+        self.n_params = self.d_ + (1 if self.bias else 0)
         R = _row_norm_bound(dataset.X)
         y_max = float(np.max(np.abs(dataset.y)))
         bound = (radius * R + y_max) ** 2
         return self._set_scale(bound, 2.0 * (radius * R + y_max) * R)
 
     def predict(self, w, X):
+        if w.size == self.d_:
+            return X @ w
         return X @ w[:-1] + w[-1]
+
+    def _pack(self, g, X):
+        return np.append(g @ X, g.sum()) if self.bias else g @ X
 
     def raw_losses(self, w, X, y):
         r = self.predict(w, X) - y
         return r * r
 
     def _raw_grad(self, w, X, y, weights):
-        g = 2.0 * weights * (self.predict(w, X) - y)
-        return np.append(g @ X, g.sum())
+        return self._pack(2.0 * weights * (self.predict(w, X) - y), X)
 
     def _raw_value_and_grad(self, w, X, y, weights):
         r = self.predict(w, X) - y
-        g = 2.0 * weights * r
-        return float(weights @ (r * r)), np.append(g @ X, g.sum())
+        return float(weights @ (r * r)), self._pack(2.0 * weights * r, X)
 
     def cvx_raw_losses(self, w, X, y):
         """``raw_losses`` as a cvxpy expression of the parameter variable ``w``."""
         import cvxpy as cp
 
+        if not self.bias:
+            return cp.square(X @ w - y)
         return cp.square(X @ w[:-1] + w[-1] - y)
 
     def task_metrics(self, w, X, y, k):
@@ -292,17 +307,19 @@ def _scaled(ms, raw):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
-    """Residuals ``<theta, x_i> + b - y_i`` of ``rows``, kept for the next ``grad``."""
+    """Residuals ``<theta, x_i> + b - y_i`` of ``rows`` (no ``b`` when ``w`` has
+    ``d`` entries), kept for the next ``grad``."""
     d = X.shape[1]
+    b = w[d] if w.size > d else 0.0
     scratch, fresh = ms[4], ms[5]
     r = scratch[:rows.size] if rows.size <= scratch.size else np.empty(rows.size)
     if rows.size >= BLAS_ROWS:
         z = np.dot(_rows_of(X, rows), np.ascontiguousarray(w[:d]))
         for j in range(rows.size):
-            r[j] = z[j] + w[d] - y[rows[j]]
+            r[j] = z[j] + b - y[rows[j]]
     else:
         for j in range(rows.size):
-            r[j] = _dot(X[rows[j]], w, 0, d) + w[d] - y[rows[j]]
+            r[j] = _dot(X[rows[j]], w, 0, d) + b - y[rows[j]]
     fresh[0] = rows.size if rows.size <= scratch.size else -1
     return r
 
@@ -327,7 +344,8 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     if r.size == 0 and rows.size > 0:
         r = _linear_raw(ms, w, X, y, rows)
         ms[5][0] = -1
-    g = np.zeros(d + 1)
+    g = np.zeros(w.size)
+    bias = w.size > d
     if rows.size >= BLAS_ROWS:
         coef = np.empty(rows.size)
         total = 0.0
@@ -336,7 +354,8 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
             coef[j] = 2.0 * weights[j] * r[j] if keep else 0.0
             total += coef[j]
         g[:d] = np.dot(coef, _rows_of(X, rows))
-        g[d] = total
+        if bias:
+            g[d] = total
     else:
         for j in range(rows.size):
             if clips and r[j] * r[j] > scale:
@@ -345,8 +364,9 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
             x = X[rows[j]]
             for c in range(d):
                 g[c] += s * x[c]
-            g[d] += s
-    for c in range(d + 1):
+            if bias:
+                g[d] += s
+    for c in range(w.size):
         g[c] /= scale
     return g
 

@@ -250,8 +250,8 @@ class NaNLossModel(LinearMSE):
     params: ClassVar[dict] = {**LinearMSE.params, "bad": Param(str, default="nan",
                                                               choices=("nan", "big"))}
 
-    def __init__(self, loss_scale=None, bad="nan"):
-        super().__init__(loss_scale)
+    def __init__(self, loss_scale=None, bias=True, bad="nan"):
+        super().__init__(loss_scale, bias)
         self.bad, self.calls = bad, 0
 
     def losses(self, w, X, y):

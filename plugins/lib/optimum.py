@@ -32,6 +32,32 @@ The value used as OPT is ``upper``; it is accepted only if ``upper - lower
 point is reported as a failure, never as a wrong OPT. The absolute part
 matters when OPT is near 0 (Boston with ``B = 10``: OPT is about 1e-4 and the
 solvers agree to about 2e-9, which no useful ``rtol`` alone accepts).
+
+The regularised, smoothed problem of ``harness.problem`` (keywords ``mu``,
+``nu``; ``radius`` may be ``inf`` when ``mu > 0``),
+
+    F* = min_{||w|| <= B} max_{q in K} <L(w), q> - (nu n/2) ||q - 1/n||^2 + (mu/2) ||w||^2,
+
+is solved the same way. With ``nu > 0`` Lagrangian duality on ``sum q = 1``
+(multiplier ``tau``) separates the rows:
+
+    max_{q in K} <l, q> - (nu n/2) ||q - 1/n||^2 = min_tau  tau + sum_i phi_i(l_i - tau),
+    phi_i(z) = max_{0 <= q <= c_i} q z - (nu n/2) (q - 1/n)^2
+             = min_v  (z - v)^2 / (2 nu n) + (z - v) / n + c_i max(v, 0),
+
+the second line because ``phi_i`` is the conjugate of the sum of
+``f(q) = (nu n/2)(q - 1/n)^2`` (conjugate ``f*(s) = s/n + s^2/(2 nu n)``) and
+the indicator of ``[0, c_i]`` (conjugate ``c_i max(v, 0)``), hence the
+infimal convolution of the two conjugates (``conjugate_phi``).
+``phi_i`` is convex and nondecreasing, so with ``e_i >= loss_i(w)/s - tau``
+the program is DCP, and the constraints' multipliers are again ``q``
+(``phi_i'(z)`` is the maximising ``q``). With ``nu = 0``, ``phi_i(z) = c_i
+max(z, 0)``: the Rockafellar-Uryasev program above. ``certify`` then takes
+``upper = F`` at the solver's ``w`` (``Problem.value``, numpy) and ``lower`` =
+a certified lower bound on the dual function ``D(q)`` at the solver's ``q``
+projected onto K (``harness.dual.dual_lower_bound``). With ``mu = nu = 0``
+and a finite ball, formulation, cache key and results are exactly those of
+the paper's problem.
 """
 
 from __future__ import annotations
@@ -49,7 +75,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import brentq
 
+from harness.dual import dual_lower_bound
 from harness.gap import certified_min, project_ball
+from harness.problem import Problem
+from plugins.lib.capped import capped_simplex_euclidean
 
 #: bump when the problem's formulation or the record's fields change
 CACHE_FORMAT = 1
@@ -123,9 +152,10 @@ def project_capped(v: np.ndarray, caps: np.ndarray) -> np.ndarray:
 
 
 def cache_key(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
-              radius: float) -> str:
+              radius: float, *, mu: float = 0.0, nu: float = 0.0) -> str:
     """SHA-256 of everything OPT depends on: the data's bytes, the model (name,
-    parameter count, loss scale), the caps of K and the radius B."""
+    parameter count, loss scale), the caps of K, the radius B and, when not
+    both zero, ``mu`` and ``nu`` (so the paper's problem keeps its old keys)."""
     h = hashlib.sha256()
     h.update(f"minimax-bench OPT v{CACHE_FORMAT}\n".encode())
     for a in (np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y),
@@ -133,6 +163,8 @@ def cache_key(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
     h.update(f"{model.name}|{model.n_params}|{float(model.scale_)!r}|{float(radius)!r}".encode())
+    if mu != 0.0 or nu != 0.0:
+        h.update(f"|mu={float(mu)!r}|nu={float(nu)!r}".encode())
     return h.hexdigest()
 
 
@@ -159,24 +191,48 @@ def store(cache_dir: Path, key: str, optimum: Optimum, about: dict[str, Any]) ->
     return path
 
 
-def _formulate(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float):
+def _formulate(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
+               mu: float = 0.0, nu: float = 0.0):
     import cvxpy as cp
 
     w = cp.Variable(model.n_params)
     tau = cp.Variable()
-    u = cp.Variable(X.shape[0], nonneg=True)
-    excess = u >= model.cvx_raw_losses(w, X, y) / model.scale_ - tau
-    problem = cp.Problem(cp.Minimize(tau + caps @ u), [excess, cp.norm(w, 2) <= radius])
-    return problem, w, excess
+    losses = model.cvx_raw_losses(w, X, y) / model.scale_
+    if mu == 0.0 and nu == 0.0:  # the paper's problem, exactly as cached records were made
+        u = cp.Variable(X.shape[0], nonneg=True)
+        excess = u >= losses - tau
+        problem = cp.Problem(cp.Minimize(tau + caps @ u), [excess, cp.norm(w, 2) <= radius])
+        return problem, w, excess
+    e = cp.Variable(X.shape[0])
+    excess = e >= losses - tau
+    objective = tau + conjugate_phi(cp, e, caps, nu) + 0.5 * mu * cp.sum_squares(w)
+    constraints = [excess] if math.isinf(radius) else [excess, cp.norm(w, 2) <= radius]
+    return cp.Problem(cp.Minimize(objective), constraints), w, excess
+
+
+def conjugate_phi(cp: Any, z: Any, caps: np.ndarray, nu: float) -> Any:
+    """``sum_i phi_i(z_i)`` as a cvxpy expression (module docstring): with ``nu > 0``
+    ``min_v sum_i (z_i - v_i)^2 / (2 nu n) + (z_i - v_i) / n + c_i max(v_i, 0)``
+    (partial minimisation over a new variable ``v``: convex, nondecreasing in
+    ``z``); with ``nu = 0`` ``sum_i c_i max(z_i, 0)``."""
+    if nu == 0.0:
+        return caps @ cp.pos(z)
+    n = caps.size
+    v = cp.Variable(n)
+    return (cp.sum_squares(z - v) / (2.0 * nu * n) + cp.sum(z - v) / n
+            + caps @ cp.pos(v))
 
 
 def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
           solvers: tuple[str, ...] = SOLVERS, rtol: float = 1e-5,
-          time_limit: float | None = None, atol: float = 1e-8) -> Optimum:
-    """OPT of the scaled problem by the first attempt (``ATTEMPTS``, restricted
-    to ``solvers``) whose answer ``certify`` accepts with ``upper - lower <=
-    rtol * |upper| + atol``, each attempt stopped after ``time_limit`` seconds;
-    raises ``OptimumUnavailable`` naming every attempt."""
+          time_limit: float | None = None, atol: float = 1e-8, *,
+          mu: float = 0.0, nu: float = 0.0) -> Optimum:
+    """OPT of the scaled problem (``F*`` with ``mu``, ``nu``) by the first
+    attempt (``ATTEMPTS``, restricted to ``solvers``) whose answer ``certify``
+    accepts with ``upper - lower <= rtol * |upper| + atol``, each attempt
+    stopped after ``time_limit`` seconds; raises ``OptimumUnavailable`` naming
+    every attempt, ValueError for an invalid ``mu``, ``nu`` or ``radius``."""
+    _check_regularisation(radius, mu, nu)
     try:
         import cvxpy as cp
     except ImportError as err:
@@ -192,7 +248,8 @@ def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: fl
             continue
         if time_limit is not None:
             options = {**options, TIME_LIMIT_OPTION[solver]: time_limit}
-        outcome = _attempt(cp, X, y, model, caps, radius, solver, options, rtol, atol)
+        outcome = _attempt(cp, X, y, model, caps, radius, solver, options, rtol, atol,
+                           mu, nu)
         if isinstance(outcome, Optimum):
             outcome.attempts = [*attempts, outcome.attempts[0]]
             return outcome
@@ -202,14 +259,14 @@ def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: fl
 
 def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
              radius: float, solver: str, options: dict[str, Any],
-             rtol: float, atol: float) -> Optimum | str:
+             rtol: float, atol: float, mu: float = 0.0, nu: float = 0.0) -> Optimum | str:
     """One solve and its certificate: a certified ``Optimum``, or why not."""
     limit = options.get(TIME_LIMIT_OPTION[solver])
     label = solver + "".join(f" {k}={v}" for k, v in options.items()
                              if k not in ("max_iters", TIME_LIMIT_OPTION[solver]))
     if solver not in cp.installed_solvers():
         return f"{label}: not installed"
-    problem, w, excess = _formulate(X, y, model, caps, radius)
+    problem, w, excess = _formulate(X, y, model, caps, radius, mu, nu)
     if not problem.is_dcp():
         raise OptimumUnavailable(f"the model '{model.name}' gave no convex (DCP) "
                                  "formulation of its losses")
@@ -228,7 +285,7 @@ def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray
     dual = excess.dual_value
     try:
         value, lower = certify(X, y, model, caps, radius, np.asarray(w.value),
-                               None if dual is None else np.asarray(dual))
+                               None if dual is None else np.asarray(dual), mu=mu, nu=nu)
     except (ValueError, FloatingPointError) as err:
         return f"{label}: certification failed: {err}"
     if not value - lower <= rtol * abs(value) + atol:
@@ -241,13 +298,19 @@ def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray
 
 
 def certify(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
-            w: np.ndarray, dual: np.ndarray | None) -> tuple[float, float]:
+            w: np.ndarray, dual: np.ndarray | None, *, mu: float = 0.0,
+            nu: float = 0.0) -> tuple[float, float]:
     """``(upper, lower)`` with ``lower <= OPT <= upper`` (see the module docstring).
 
     ``upper`` is the objective at ``w`` projected onto the ball; ``lower`` is
     the certified minimum of ``<L(.), p>`` for ``p`` = ``dual`` projected onto K
-    (the oracle's argmax at ``w`` if there is no dual), started at ``w``.
+    (the oracle's argmax at ``w`` if there is no dual), started at ``w``. With
+    ``mu`` or ``nu`` nonzero: ``upper = F(w)`` (``harness.problem.Problem.value``)
+    and ``lower`` a certified lower bound on the dual function ``D(q)`` at that
+    ``q`` (the inner maximiser at ``w`` if there is no dual).
     """
+    if mu != 0.0 or nu != 0.0:
+        return _certify_regularised(X, y, model, caps, radius, w, dual, mu, nu)
     w = project_ball(np.asarray(w, dtype=np.float64), radius)
     losses = model.raw_losses(w, X, y) / model.scale_
     upper, p_at_w = capped_value(losses, caps)
@@ -261,3 +324,45 @@ def certify(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: 
     if inner.lower > upper + 1e-9 * max(1.0, abs(upper)):
         raise FloatingPointError(f"lower bound {inner.lower!r} above the objective {upper!r}")
     return upper, min(inner.lower, upper)
+
+
+def _check_regularisation(radius: float, mu: float, nu: float) -> None:
+    if not (math.isfinite(mu) and mu >= 0.0 and math.isfinite(nu) and nu >= 0.0):
+        raise ValueError(f"mu and nu must be finite and >= 0; got mu={mu!r}, nu={nu!r}")
+    if math.isnan(radius) or (math.isinf(radius) and mu == 0.0):
+        raise ValueError(f"the radius must be finite unless mu > 0; got radius={radius!r} "
+                         f"with mu={mu!r}")
+
+
+class CappedSet:
+    """``K = {0 <= q_i <= c_i, sum q = 1}`` from its caps alone: the two
+    methods ``harness.problem.Problem`` asks of a constraint set."""
+
+    def __init__(self, caps: np.ndarray) -> None:
+        self.caps = np.ascontiguousarray(caps, dtype=np.float64)
+
+    def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
+        return capped_value(losses, self.caps)
+
+    def euclidean_project(self, v: np.ndarray) -> np.ndarray:
+        return capped_simplex_euclidean(v, self.caps)
+
+
+def _certify_regularised(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
+                         radius: float, w: np.ndarray, dual: np.ndarray | None,
+                         mu: float, nu: float) -> tuple[float, float]:
+    _check_regularisation(radius, mu, nu)
+    problem = Problem(X, y, model, CappedSet(caps), mu, nu, radius)
+    w = problem.project(np.asarray(w, dtype=np.float64))
+    losses = problem.losses(w)
+    upper = problem.value(w, losses)
+    if dual is None or not np.all(np.isfinite(dual)):
+        q = problem.inner(losses)[1]
+    else:
+        q = project_capped(np.asarray(dual, dtype=np.float64), caps)
+    lower, _ = dual_lower_bound(problem, q, w, abs_tol=1e-12, rel_tol=1e-9, max_iter=5000)
+    if not (math.isfinite(upper) and math.isfinite(lower)):
+        raise FloatingPointError("non-finite objective or bound")
+    if lower > upper + 1e-9 * max(1.0, abs(upper)):
+        raise FloatingPointError(f"lower bound {lower!r} above the objective {upper!r}")
+    return upper, min(lower, upper)
