@@ -1,0 +1,144 @@
+"""LSVRG (Mehta, Roulet, Pillutla, Liu and Harchaoui, "Stochastic Optimization
+for Spectral Risk Measures", AISTATS 2023, Algorithm "LSVRG"): SVRG for a
+spectral risk, with the spectral weights of the sorted losses frozen at an
+anchor refreshed every n steps (smoothed when ``nu > 0``, as in the authors'
+code for the problem ``F``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from numba import njit
+
+import harness
+from harness import Param
+from plugins.lib.row_solver import LR_PARAM, RowSolver
+from plugins.lib.spectral import (
+    best_response_dense,
+    project_ball_inplace,
+    row_data,
+    row_loss,
+    row_loss_grad,
+)
+
+
+class LSVRG(RowSolver):
+    """LSVRG of Mehta et al. (2023) on ``F`` (``harness.problem``).
+
+    Every n steps, at the anchor ``w~``: all losses, the spectral weights
+    ``sigma`` of the sorted losses (the best response ``q~ = q(l(w~))``:
+    smoothed when ``nu > 0``, the LMO when ``nu = 0``) and the full weighted
+    gradient ``g~ = sum_j q~_j grad l_j(w~)``. Each step draws a rank
+    uniformly; the row at that rank of the anchor's order gives ``g`` at ``w``
+    and ``g~_j`` at ``w~``, and
+
+        w <- w - lr (n sigma_j (g - g~_j) + g~ + mu w).
+
+    A uniform rank of the anchor's order is a uniform row, and ``sigma`` at
+    that rank is ``q~`` of that row, so the kernel draws the row and reads
+    ``q~_j`` without sorting (the anchor's O(n log n) is the projection's).
+    With a finite radius the iterate is then projected onto the ball (the
+    projected variant; the analysis is for the unconstrained problem).
+
+    Default step ``1 / (c n sigma_max L + mu)``, ``sigma_max = max_i c_i``,
+    ``L`` the rows' smoothness: the analysis of LSVRG takes constant steps of
+    order ``1 / (n sigma_max L)`` (each term ``n sigma_j (grad l_j(w) - grad
+    l_j(w~))`` of the estimator is ``n sigma_max L``-Lipschitz in ``w``), as
+    does Prospect's (Mehta et al. ICLR 2024); ``c = 1``, see
+    ``plugins.prospect.Prospect``.
+
+    Counters: each anchor costs n data points and n gradient evaluations
+    (the first is computed in ``setup``, at ``w_0``); each step one data
+    point (one row) and two gradient evaluations (at ``w`` and ``w~``).
+    """
+
+    name: ClassVar[str] = "lsvrg"
+    params: ClassVar[dict[str, Param]] = {
+        "lr": LR_PARAM,
+    }
+
+    def __init__(self, lr: float | None = None) -> None:
+        self.lr = lr
+
+    def setup(self, problem: Any, budget: int) -> dict[str, Any]:
+        X, y = self._prepare(problem)
+        n, p = self.n_, problem.n_params
+        self.w = np.zeros(p)
+        self.anchor_ = np.zeros(p)
+        self.anchor_q_ = np.zeros(n)
+        self.anchor_grad_ = np.zeros(p)
+        # counters: data points, gradient evaluations, steps since the anchor
+        self.counts_ = np.zeros(3, dtype=np.int64)
+        lsvrg_anchor(self.spec_, X, y, self.w, self.anchor_, self.anchor_q_,
+                     self.anchor_grad_, self.caps_, self.nu_, self.counts_)
+        self._sync()
+        return {**self._logged(), "epoch_length": n}
+
+    def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
+        if until <= self.data_points:
+            return
+        X, y = row_data(problem)
+        lsvrg_steps(self.spec_, X, y, self.w, self.anchor_, self.anchor_q_, self.anchor_grad_,
+                    self.caps_, self.nu_, self.lr_, float(problem.mu), float(problem.radius),
+                    rng, int(until), self.counts_)
+        self._sync()
+
+    @property
+    def q(self) -> np.ndarray:
+        """The anchor's best response ``q~`` (a point of K)."""
+        return self.anchor_q_.copy()
+
+
+@njit(cache=True)
+def lsvrg_anchor(spec, X, y, w, anchor, q, grad, caps, nu, counts):  # pragma: no cover - compiled
+    """The anchor at ``w``: ``q~ = q(l(w))`` and ``g~ = sum_j q~_j grad l_j(w)``."""
+    n = X.shape[0]
+    p = w.size
+    z = np.empty(max(spec[2], 1))
+    g = np.empty(p)
+    losses = np.empty(n)
+    for j in range(p):
+        anchor[j] = w[j]
+        grad[j] = 0.0
+    for i in range(n):
+        losses[i] = row_loss(spec, X, y, i, w, z)
+    q[:] = best_response_dense(losses, caps, nu)
+    for i in range(n):
+        if q[i] != 0.0:  # a zero weight adds nothing: its gradient is not formed
+            row_loss_grad(spec, X, y, i, w, g, z)
+            for j in range(p):
+                grad[j] += q[i] * g[j]
+    counts[0] += n
+    counts[1] += n
+    counts[2] = 0
+
+
+@njit(cache=True)
+def lsvrg_steps(spec, X, y, w, anchor, q, grad, caps, nu, lr, mu, radius, rng, until,
+                counts):  # pragma: no cover - compiled
+    """Steps (and anchors every n steps) until ``counts[0] >= until``."""
+    n = X.shape[0]
+    p = w.size
+    g = np.empty(p)
+    ga = np.empty(p)
+    z = np.empty(max(spec[2], 1))
+    while counts[0] < until:
+        if counts[2] == n:
+            lsvrg_anchor(spec, X, y, w, anchor, q, grad, caps, nu, counts)
+            continue
+        i = rng.integers(0, n)
+        row_loss_grad(spec, X, y, i, w, g, z)
+        row_loss_grad(spec, X, y, i, anchor, ga, z)
+        a = n * q[i]
+        for j in range(p):
+            w[j] -= lr * (a * (g[j] - ga[j]) + grad[j] + mu * w[j])
+        project_ball_inplace(w, radius)
+        counts[0] += 1
+        counts[1] += 2
+        counts[2] += 1
+
+
+@harness.hookimpl
+def register_solvers(register):
+    register(LSVRG)
