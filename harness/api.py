@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
 import signal
 import threading
@@ -20,9 +21,11 @@ from harness import state, stream
 from harness.context import RunContext, attach
 from harness.engine import forms as engine_forms
 from harness.game import Components, Game, checkpoint_rounds
-from harness.params import ConfigError, Param, check
+from harness.params import ConfigError, Param, check, validate
+from harness.problem import Problem
 from harness.protocols import refusal
 from harness.registry import CORE_KEYS, Registry, default_registry, make_plugin_manager
+from harness.solve import SolverRun
 
 #: top-level values of the game (``budget`` is at least one round's rows)
 GAME_PARAMS: dict[str, Param] = {
@@ -40,6 +43,20 @@ RUN_SWITCHES: dict[str, Param] = {
     "engine": Param(str, default="auto", choices=("auto", "compiled", "python"),
                     doc="rounds in compiled calls (auto: when every component offers a "
                         "compiled form) or in the Python loop; same numbers either way"),
+}
+
+
+#: the problem's values (``problem`` block): ``harness.problem.Problem``
+PROBLEM_PARAMS: dict[str, Param] = {
+    "mu": Param(float, default=0.0, low=0.0, doc="l2 penalty (mu / 2) ||w||^2"),
+    "mu_times_n": Param(float, low=0.0, nullable=True,
+                        doc="mu given as mu * n (1: mu = 1/n, the DRO papers' l2_reg); "
+                            "None: mu as given"),
+    "nu": Param(float, default=0.0, low=0.0,
+                doc="shift cost (nu n / 2) ||q - 1/n||^2 of the inner maximum"),
+    "radius": Param(float, low=0.0, low_open=True, nullable=True,
+                    doc="radius B of the ball W; None: the w-player's radius"),
+    "ball": Param(bool, default=True, doc="false: no ball at all (needs mu > 0)"),
 }
 
 
@@ -190,15 +207,42 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     bind = getattr(constraint, "bind", None)
     bound = bind(dataset) if bind is not None else None
 
-    p_name, p_params = _group(conf, "p_player")
-    p_player = make("p_player", "p_player", p_name, p_params)
-    why = refusal(type(p_player), constraint, c_name)
-    if why is not None:
-        raise ConfigError(f"The p_player '{p_name}' cannot play on constraint '{c_name}': "
-                          f"it {why}.")
+    problem_conf = conf.get("problem") or {}
+    if not isinstance(problem_conf, Mapping):
+        raise ConfigError(f"The 'problem' config key must be a mapping. Got {problem_conf!r} "
+                          "instead.")
+    spec = validate("the problem", PROBLEM_PARAMS, dict(problem_conf))
+    if spec["mu_times_n"] is not None:
+        if spec["mu"]:
+            raise ConfigError(f"Set one of problem.mu and problem.mu_times_n, not both. Got "
+                              f"mu={spec['mu']!r} and mu_times_n={spec['mu_times_n']!r}.")
+        spec["mu"] = spec["mu_times_n"] / n
+    s_name, s_params = _group(conf, "solver") if conf.get("solver") is not None else ("game", {})
+    solver = make("solver", "solver", s_name, s_params)
+    composed = getattr(type(solver), "composed", None) is not None
 
-    w_name, w_params = _group(conf, "w_player")
-    w_player = make("w_player", "w_player", w_name, w_params)
+    p_player = w_player = None
+    p_name = w_name = None
+    if composed:
+        if spec["mu"] or spec["nu"] or not spec["ball"]:
+            raise ConfigError(
+                f"The solver '{s_name}' plays the game of Algorithm 1, which solves the paper's "
+                "problem only (problem.mu=0, problem.nu=0, problem.ball=true). Got "
+                f"mu={spec['mu']!r}, nu={spec['nu']!r}, ball={spec['ball']!r}: choose a solver "
+                f"that solves the regularised problem ({_others(registry, s_name)}).")
+        p_name, p_params = _group(conf, "p_player")
+        p_player = make("p_player", "p_player", p_name, p_params)
+        why = refusal(type(p_player), constraint, c_name)
+        if why is not None:
+            raise ConfigError(f"The p_player '{p_name}' cannot play on constraint '{c_name}': "
+                              f"it {why}.")
+        w_name, w_params = _group(conf, "w_player")
+        if spec["radius"] is not None:  # the problem's ball is the w-player's
+            w_params = {**w_params, "radius": spec["radius"]}
+        w_player = make("w_player", "w_player", w_name, w_params)
+        radius = float(w_player.radius)
+    else:
+        radius = _solver_radius(conf, spec, s_name)
 
     m_name, m_params = _group(conf, "model")
     if m_name == "auto":
@@ -209,10 +253,11 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
         raise ConfigError(f"The model '{m_name}' is for {task}; the data set '{ds_name}' is "
                           f"{dataset.task}. Choose a {dataset.task} model or model=auto.")
     check_unit_features(ds_name, dataset, m_name, model)
-    names = {"dataset": ds_name, "constraint": c_name, "p_player": p_name,
-             "w_player": w_name, "model": m_name}
+    names = {"dataset": ds_name, "constraint": c_name, "model": m_name, "solver": s_name}
+    if composed:
+        names.update({"p_player": p_name, "w_player": w_name})
 
-    per_round = int(p_player.rows_per_round(constraint))
+    per_round = int(p_player.rows_per_round(constraint)) if composed else 1
     budget = check("the game", "budget",
                    dataclasses.replace(GAME_PARAMS["budget"], low=per_round),
                    conf.get("budget", GAME_PARAMS["budget"].default))
@@ -223,13 +268,22 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     horizon = budget // per_round
 
     derived: dict[str, Any] = {f"constraint.{k}": v for k, v in (bound or {}).items()}
-    derived.update({f"model.{k}": v for k, v in model.setup(dataset, w_player.radius).items()})
-    derived.update({f"p_player.{k}": v
-                    for k, v in p_player.setup(constraint, horizon).items()})
-    suggest = getattr(p_player, "suggest_w_lr", None)
-    lr_hint = suggest(w_player.radius, model.grad_bound, horizon) if suggest else None
-    derived.update({f"w_player.{k}": v for k, v in w_player.setup(
-        model.n_params, horizon, model.grad_bound, lr_hint=lr_hint).items()})
+    derived.update({f"model.{k}": v for k, v in model.setup(dataset, radius).items()})
+    if not math.isfinite(float(model.scale_)):
+        raise ConfigError(f"The model '{m_name}' has no finite loss bound without a ball "
+                          "(problem.ball=false): set model.loss_scale (1: the raw loss; 2 with "
+                          "linear_mse: the squared error over 2, as the DRO papers).")
+    problem = Problem(dataset.X, dataset.y, model, constraint, spec["mu"], spec["nu"], radius)
+    if composed:
+        derived.update({f"p_player.{k}": v
+                        for k, v in p_player.setup(constraint, horizon).items()})
+        suggest = getattr(p_player, "suggest_w_lr", None)
+        lr_hint = suggest(w_player.radius, model.grad_bound, horizon) if suggest else None
+        derived.update({f"w_player.{k}": v for k, v in w_player.setup(
+            model.n_params, horizon, model.grad_bound, lr_hint=lr_hint).items()})
+    else:
+        derived.update({f"solver.{k}": v for k, v in solver.setup(problem, budget).items()})
+    derived.update({f"problem.{k}": v for k, v in problem.describe().items()})
 
     # resolved config values, then every theory-derived value in place of its None
     params: dict[str, Any] = {"budget": budget, "seed": seed, "checkpoints": n_cp}
@@ -237,18 +291,47 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     params.update({"horizon_T": horizon, "rows_per_round": per_round,
                    "n": n, "d": int(dataset.X.shape[1])})
     params.update(derived)
-    tags = {"algorithm": p_name, "w_player": w_name, "dataset": ds_name,
-            "constraint": c_name, "model": m_name, "seed": str(seed),
+    tags = {"algorithm": p_name if composed else s_name, "solver": s_name,
+            "dataset": ds_name, "constraint": c_name, "model": m_name, "seed": str(seed),
             "minimax_bench_version": package_version()}
+    if composed:
+        tags["w_player"] = w_name
     context = RunContext(config=conf, params=params, tags=tags)
-    parts = Components(dataset, model, constraint, p_player, w_player, names)
-    if conf.get("engine") == "compiled":  # refused before any run starts
+    parts = Components(dataset, model, constraint, p_player, w_player, names, problem,
+                       None if composed else solver)
+    if conf.get("engine") == "compiled" and composed:  # refused before any run starts
         found = engine_forms(parts)
         if isinstance(found, str):
             raise ConfigError(f"engine=compiled: {found}; use engine=auto (or python) to play "
                               "it on the Python loop.")
     return Prepared(parts, horizon, budget, seed, checkpoint_rounds(horizon, n_cp, per_round),
                     context, registry)
+
+
+def _others(registry: Registry, name: str) -> str:
+    others = [s for s in registry.names("solver")
+              if getattr(registry.get("solver", s).cls, "composed", None) is None]
+    return ", ".join(f"solver={s}" for s in others) or "none is installed"
+
+
+def _solver_radius(conf: Mapping[str, Any], spec: Mapping[str, Any], name: str) -> float:
+    """The ball's radius B of a whole-algorithm solver's problem: ``problem.radius``,
+    else the w-player's (``w_player.radius`` of the config, so the game and the
+    solvers of one sweep solve the same problem), or infinite (``ball=false``)."""
+    if not spec["ball"]:
+        if spec["mu"] <= 0.0:
+            raise ConfigError(f"problem.ball=false (no ball) needs problem.mu > 0 (F is then "
+                              f"strongly convex and has a minimiser); got mu={spec['mu']!r} "
+                              f"for solver '{name}'.")
+        return math.inf
+    if spec["radius"] is not None:
+        return float(spec["radius"])
+    w_conf = conf.get("w_player")
+    radius = w_conf.get("radius") if isinstance(w_conf, Mapping) else None
+    if radius is None:
+        raise ConfigError(f"The solver '{name}' needs the ball's radius: set problem.radius "
+                          "(or w_player.radius), or problem.ball=false with problem.mu > 0.")
+    return float(check("the problem", "radius", PROBLEM_PARAMS["radius"], radius))
 
 
 def _merge(results: Iterable[Mapping[str, float] | None]) -> dict[str, float]:
@@ -283,7 +366,8 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
                 warnings.warn(f"The game state cannot be saved ({err}); this run cannot be "
                               "resumed if it is interrupted.", RuntimeWarning, stacklevel=2)
 
-    game = Game(
+    runner = Game if prepared.parts.solver is None else SolverRun
+    game = runner(
         prepared.parts,
         prepared.horizon,
         saved["rng"] if saved else np.random.default_rng(prepared.seed),

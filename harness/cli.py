@@ -29,13 +29,18 @@ def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
     """The end-of-run summary: the run's own rows, then the plugins' ``summary_lines``."""
     run = prepared.context.parts
     names, k = run.names, run.constraint.k
+    who = (f"{names['p_player']} vs {names['w_player']}" if run.solver is None
+           else f"solver {names['solver']}")
     lines = [
-        f"minimax-bench: {names['p_player']} vs {names['w_player']} on {names['dataset']} "
+        f"minimax-bench: {who} on {names['dataset']} "
         f"({names['constraint']}, k={k}, model {names['model']}, seed {prepared.seed})",
     ]
+    problem = run.problem
+    plain = problem.mu == 0.0 and problem.nu == 0.0
     rows = [
         ("certified dual gap", metrics.get("dual_gap")),
-        (f"objective (avg top-{k} loss, scaled)", metrics.get("objective")),
+        (f"objective (avg top-{k} loss, scaled)" if plain else
+         f"objective F (mu={problem.mu:.3g}, nu={problem.nu:.3g})", metrics.get("objective")),
         ("accuracy", metrics.get("accuracy")),
         (f"MSE of the {k} largest losses", metrics.get("topk_mse")),
         ("theory bound", metrics.get("theory_bound")),
@@ -43,9 +48,11 @@ def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
     lines += [_row(label, f"{value:.6g}") for label, value in rows if value is not None]
     if run.resumed_from is not None:
         lines.append(_row("resumed from round", f"{run.resumed_from:,}"))
+    steps = (f"in {int(metrics.get('rounds', 0)):,} rounds" if run.solver is None else
+             f"({metrics.get('passes', 0.0):.3g} passes, "
+             f"{int(metrics.get('grad_evals', 0)):,} gradient evaluations)")
     lines.append(_row("data points processed",
-                      f"{int(metrics.get('data_points', 0)):,} "
-                      f"in {int(metrics.get('rounds', 0)):,} rounds, "
+                      f"{int(metrics.get('data_points', 0)):,} {steps}, "
                       f"{metrics.get('wall_time_s', 0.0):.1f} s"))
     lines += [_row(label, text) for label, text in plugin_lines(prepared, "FINISHED", metrics)]
     return "\n".join(lines)

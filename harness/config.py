@@ -37,6 +37,7 @@ GROUPS: dict[str, str] = {
     "w_player": "w_player",
     "model": "model",
     "dataset": "dataset",
+    "solver": "solver",
 }
 
 #: overrides of the game's own keys for a run that leaves nothing behind (the
@@ -86,8 +87,12 @@ def register_options(registry: Registry | None = None) -> list[tuple[str, str]]:
             node = option_node(kind, registry.get(kind, name).cls)
             store.store(group=group, name=name, node=node, provider="minimax-bench")
             stored.append((group, name))
-    blocks = {name: {key: copy.deepcopy(spec.default) for key, spec in block.params.items()}
-              for name, (block, _) in registry.blocks.items()}
+    from harness.api import PROBLEM_PARAMS
+
+    tables = {name: block.params for name, (block, _) in registry.blocks.items()}
+    tables["problem"] = PROBLEM_PARAMS  # the game's own block, beside the plugins'
+    blocks = {name: {key: copy.deepcopy(spec.default) for key, spec in table.items()}
+              for name, table in tables.items()}
     store.store(name=BLOCKS_CONFIG, node=blocks, provider="minimax-bench")
     return stored
 

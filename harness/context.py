@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from harness.api import Prepared
     from harness.game import Components
-    from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
+    from harness.problem import Problem
+    from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, Solver, WPlayer
 
 
 class RunView:
@@ -66,17 +67,30 @@ class RunView:
         return self._parts().constraint
 
     @property
-    def p_player(self) -> PPlayer:
+    def p_player(self) -> PPlayer | None:
         return self._parts().p_player
 
     @property
-    def w_player(self) -> WPlayer:
+    def w_player(self) -> WPlayer | None:
         return self._parts().w_player
+
+    @property
+    def problem(self) -> Problem:
+        """The problem ``F`` the run solves (``harness.problem.Problem``: the data,
+        model and constraint set, ``mu``, ``nu`` and the ball's ``radius``)."""
+        return self._parts().problem
+
+    @property
+    def solver(self) -> Solver | None:
+        """The whole-algorithm solver of the run; None for the game of Algorithm 1
+        (whose players are ``p_player`` and ``w_player``, None otherwise)."""
+        return self._parts().solver
 
     @property
     def names(self) -> Mapping[str, str]:
         """The config names of the components, keyed ``dataset``, ``model``,
-        ``constraint``, ``p_player``, ``w_player`` (``model`` resolved from ``auto``)."""
+        ``constraint``, ``solver`` and, for the game, ``p_player``, ``w_player``
+        (``model`` resolved from ``auto``)."""
         return MappingProxyType(self._parts().names)
 
     @property

@@ -1,6 +1,6 @@
 """The contract suite: pytest tests parametrised over every registered plugin.
 
-Every constraint set, p-player, w-player, model and data set registered
+Every constraint set, p-player, w-player, model, data set and solver registered
 (built-in or installed through the ``minimax_bench`` entry points) is checked
 against the behaviour the game relies on. A plugin package runs the same
 suite on its own plugins with one import in one of its test files::
@@ -82,12 +82,20 @@ class SelectionError(LookupError):
     """``MINIMAX_BENCH_CONTRACT_PLUGINS`` names a plugin the suite cannot check."""
 
 
+def _composed(registry: harness.Registry, name: str) -> bool:
+    """Whether the solver ``name`` is the game of a p- and a w-player (checked
+    through its players, not as a solver)."""
+    return getattr(registry.get("solver", name).cls, "composed", None) is not None
+
+
 def _checked_plugins(registry: harness.Registry) -> dict[str, list[str]]:
     """Plugin name -> the components it registers that the suite checks."""
     owners: dict[str, list[str]] = {}
     for kind in KINDS:
         for name in registry.names(kind):
             if kind == "dataset" and name == ContractData.name:
+                continue
+            if kind == "solver" and _composed(registry, name):
                 continue
             owners.setdefault(registry.get(kind, name).plugin, []).append(f"{kind} {name}")
     return owners
@@ -122,6 +130,8 @@ def _selected(kind: str) -> list[str]:
         plugin = REGISTRY.get(kind, name).plugin
         if name == ContractData.name or (_ONLY and plugin not in _ONLY):
             continue
+        if kind == "solver" and _composed(REGISTRY, name):
+            continue
         names.append(name)
     return names
 
@@ -138,7 +148,8 @@ def _none_to_check(what: str, arity: int = 1) -> list[Any]:
 
 
 _WORDS = {"constraint_set": "a constraint set", "p_player": "a p-player",
-          "w_player": "a w-player", "model": "a model", "dataset": "a data set"}
+          "w_player": "a w-player", "model": "a model", "dataset": "a data set",
+          "solver": "a whole-algorithm solver"}
 
 
 def _names(kind: str) -> list[Any]:
@@ -755,3 +766,103 @@ def test_dataset_at_its_defaults(name, tmp_path, monkeypatch):
                     "checked only as contract_params(n) builds it")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     _check_dataset(name, REGISTRY.build("dataset", name), "built with its defaults")
+
+
+# ---------------------------------------------------------------- solvers
+
+#: the problems a solver is run on: the paper's (mu = nu = 0, the unit ball) and
+#: the DRO literature's regularised, smoothed one without a ball
+SOLVER_PROBLEMS = {
+    "paper": {"mu": 0.0, "nu": 0.0, "radius": 1.0},
+    "regularised": {"mu": 0.1, "nu": 1.0, "ball": False},
+}
+
+
+def _solver_cases() -> list[Any]:
+    names = _selected("solver")
+    if not names:
+        return _none_to_check(_WORDS["solver"], 2)
+    return [(name, problem) for name in names for problem in SOLVER_PROBLEMS]
+
+
+def _solver_run(name: str, problem: str, seed: int = 0, passes: int = 60):
+    """A prepared run of solver ``name`` on the suite's regression data (n = 24),
+    or a skip naming why the solver refuses the problem (a ConfigError)."""
+    cfg = {"solver": {"name": name, **_params("solver", name, N_ROWS)},
+           "problem": SOLVER_PROBLEMS[problem],
+           "constraint": {"name": "kset", "k": 6},
+           "model": {"name": "linear_mse", "loss_scale": 1.0},
+           "dataset": {"name": ContractData.name, "task": "regression"},
+           "seed": seed, "checkpoints": 4, "budget": passes * N_ROWS,
+           "tracking": {"enabled": False}, "state_dir": None}
+    try:
+        return harness.prepare(cfg, REGISTRY)
+    except harness.ConfigError as err:
+        pytest.skip(f"solver '{name}' refuses the {problem} problem: {err}")
+
+
+def _untimed(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if k not in TIMING_METRICS}
+
+
+@pytest.mark.parametrize(("name", "problem"), _solver_cases())
+def test_solver_reports_its_iterate_and_counters(name, problem):
+    prep = _solver_run(name, problem)
+    metrics = harness.play(prep)
+    solver, F = prep.parts.solver, prep.parts.problem
+    w = np.asarray(solver.w, dtype=np.float64)
+    assert w.shape == (F.n_params,), (
+        f"solver '{name}': w has shape {w.shape}; it must be the model's flat parameter "
+        f"vector of {F.n_params} entries")
+    assert metrics["objective"] == pytest.approx(F.value(w), rel=1e-12, abs=1e-15), (
+        f"solver '{name}': the reported objective is not F at its w")
+    assert int(solver.data_points) >= prep.budget and metrics["data_points"] >= prep.budget, (
+        f"solver '{name}': stopped at {solver.data_points} data points, short of the budget "
+        f"{prep.budget}; advance(problem, rng, until) must reach until")
+    assert isinstance(solver.grad_evals, (int, np.integer)) and solver.grad_evals >= 0, (
+        f"solver '{name}': grad_evals must count per-row gradient evaluations (an int)")
+    if not np.isinf(F.radius):
+        assert float(w @ w) <= F.radius**2 * (1 + 1e-9), (
+            f"solver '{name}': ||w|| = {np.sqrt(w @ w)} left the ball of radius {F.radius}")
+    q = getattr(solver, "q", None)
+    if q is not None:
+        assert prep.parts.constraint.contains(np.asarray(q), atol=1e-8), (
+            f"solver '{name}': its dual iterate q is not in K")
+        assert metrics["dual_gap"] >= -1e-9, (
+            f"solver '{name}': certified gap {metrics['dual_gap']} < 0 cannot be")
+
+
+@pytest.mark.parametrize(("name", "problem"), _solver_cases())
+def test_solver_improves_on_the_trivial_solution(name, problem):
+    # after 60 passes over 24 rows the iterate is no worse than w = 0 (where the
+    # built-in solvers start): a solver that cannot beat it solves nothing
+    prep = _solver_run(name, problem)
+    metrics = harness.play(prep)
+    start = prep.parts.problem.value(np.zeros(prep.parts.problem.n_params))
+    assert metrics["objective"] <= start + 1e-12, (
+        f"solver '{name}': F(w) = {metrics['objective']} after 60 passes is above F(0) = "
+        f"{start} on the {problem} problem")
+
+
+@pytest.mark.parametrize(("name", "problem"), _solver_cases())
+def test_solver_is_deterministic_and_resumes_identically(name, problem):
+    # the same seed gives the same metrics; a solver pickled half-way (as the
+    # harness saves it at a checkpoint) and continued ends at the same w
+    import pickle
+
+    first = _untimed(harness.play(_solver_run(name, problem, seed=5)))
+    again = _untimed(harness.play(_solver_run(name, problem, seed=5)))
+    assert first == again, f"solver '{name}': two runs with seed 5 differ"
+    straight, parted = _solver_run(name, problem, seed=5), _solver_run(name, problem, seed=5)
+    rng_a, rng_b = np.random.default_rng(11), np.random.default_rng(11)
+    half, end = 30 * N_ROWS, 60 * N_ROWS
+    straight.parts.solver.advance(straight.parts.problem, rng_a, end)
+    solver = parted.parts.solver
+    solver.advance(parted.parts.problem, rng_b, half)
+    solver, rng_b = pickle.loads(pickle.dumps((solver, rng_b)))
+    solver.advance(parted.parts.problem, rng_b, end)
+    np.testing.assert_array_equal(
+        np.asarray(solver.w), np.asarray(straight.parts.solver.w),
+        err_msg=f"solver '{name}': pickled at {half} data points and continued, it ends at "
+                "another w than without the pause; keep all state in attributes and draw "
+                "only from the rng handed to advance")

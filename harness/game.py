@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,9 +47,25 @@ class Components:
     dataset: Dataset
     model: Model
     constraint: ConstraintSet
-    p_player: PPlayer
-    w_player: WPlayer
+    p_player: PPlayer | None
+    w_player: WPlayer | None
     names: Mapping[str, str] = field(default_factory=dict)
+    #: the problem F (``harness.problem``) and, for a run of a whole-algorithm
+    #: solver, the solver (None: the game of the p- and w-player)
+    problem: Any = None
+    solver: Any = None
+
+
+class GameSolver:
+    """The game of Algorithm 1 (paper, Section 3): a p-player and a w-player
+    from the ``p_player`` and ``w_player`` config groups, played by ``Game``.
+    It solves the paper's problem (``problem.mu = problem.nu = 0``, a finite
+    ball: the w-player's radius)."""
+
+    name: ClassVar[str] = "game"
+    params: ClassVar[dict[str, Any]] = {}
+    #: the config groups it is composed from (``harness.prepare`` builds them)
+    composed: ClassVar[tuple[str, ...]] = ("p_player", "w_player")
 
 
 @dataclass
@@ -67,14 +83,10 @@ class GameState:
     last_metrics: dict[str, float] = field(default_factory=dict)
 
 
-class Game:
-    """Plays ``horizon`` rounds of Algorithm 1 and evaluates checkpoints.
-
-    Per round: the p-player proposes rows (Line 3), the game evaluates their
-    losses with ``w_t`` and counts them as data points processed (Line 4), the
-    p-player observes them (Lines 5-6), the w-player steps on the weighted
-    gradient (Line 7). ``a_bar`` accumulates the p-player's actions.
-    """
+class Loop:
+    """What a run's loop holds, whatever it plays (``Game``, ``harness.solve.SolverRun``):
+    its components, horizon, generator, checkpoints and callbacks, the signals
+    received and its counters (``state``)."""
 
     def __init__(
         self,
@@ -96,7 +108,7 @@ class Game:
         self.extra_metrics = extra_metrics
         #: "auto" (compiled if every component offers a compiled form), "compiled", "python"
         self.engine = engine
-        #: the path the last ``play`` took ("compiled" or "python") and, for
+        #: the path the last ``play`` took ("compiled", "python" or "solver") and, for
         #: "python" under "auto", why
         self.path: str | None = None
         self.python_reason: str | None = None
@@ -105,6 +117,20 @@ class Game:
         #: set when the first round starts (and while the run ends): from then on
         #: a first signal waits for the end of a round
         self.started = False
+        self.state = GameState()
+
+
+class Game(Loop):
+    """Plays ``horizon`` rounds of Algorithm 1 and evaluates checkpoints.
+
+    Per round: the p-player proposes rows (Line 3), the game evaluates their
+    losses with ``w_t`` and counts them as data points processed (Line 4), the
+    p-player observes them (Lines 5-6), the w-player steps on the weighted
+    gradient (Line 7). ``a_bar`` accumulates the p-player's actions.
+    """
+
+    def __init__(self, parts: Components, *args: Any, **kwargs: Any) -> None:
+        super().__init__(parts, *args, **kwargs)
         self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
 
     def play(self) -> dict[str, float]:
@@ -297,6 +323,9 @@ class Game:
             "inner_solver_slack": inner.upper - inner.lower,
             "rounds": float(t),
             "data_points": float(state.data_points),
+            # every row of a round's batch has its gradient evaluated (weight 0 or not)
+            "grad_evals": float(state.data_points),
+            "passes": state.data_points / X.shape[0],
             "wall_time_s": state.wall_time,
             "clipped_losses": float(model.n_clipped),
         }

@@ -33,6 +33,11 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.uniform",
     "plugins.ru_sgd",
     "plugins.ogd",
+    "plugins.game",
+    "plugins.lsvrg",
+    "plugins.prospect",
+    "plugins.full_batch",
+    "plugins.sgd",
     "plugins.models",
     "plugins.datasets",
     "plugins.files",
@@ -45,7 +50,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
 #: top-level config keys of the game itself (plugins add blocks of their own)
 CORE_KEYS: frozenset[str] = frozenset({
     "constraint", "p_player", "w_player", "model", "dataset", "budget", "seed", "checkpoints",
-    "progress", "resume", "state_dir", "engine"})
+    "progress", "resume", "state_dir", "engine", "solver", "problem"})
 
 #: set to a non-empty value to skip loading entry-point plugins
 DISABLE_AUTOLOAD_ENV = "MINIMAX_BENCH_DISABLE_PLUGIN_AUTOLOAD"
@@ -57,6 +62,7 @@ KINDS: dict[str, str] = {
     "w_player": "register_w_players",
     "model": "register_models",
     "dataset": "register_datasets",
+    "solver": "register_solvers",
 }
 
 

@@ -20,7 +20,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+FORMAT = 2
 
 
 def key(params: dict[str, Any]) -> str:
@@ -45,7 +45,8 @@ def save(path: Path | None, prepared: Any, game: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "format": FORMAT,
-        "parts": dataclasses.replace(game.parts, dataset=None),
+        # the data set (and the problem, which reads it) are put back on load
+        "parts": dataclasses.replace(game.parts, dataset=None, problem=None),
         "state": game.state,
         "rng": game.rng,
         "resume": prepared.context.state.get("resume", {}),
@@ -64,7 +65,11 @@ def load(path: Path | None, prepared: Any) -> dict[str, Any] | None:
         record = pickle.load(f)
     if record.get("format") != FORMAT:
         return None
-    record["parts"] = dataclasses.replace(record["parts"], dataset=prepared.parts.dataset)
+    parts = record["parts"]
+    problem = dataclasses.replace(prepared.parts.problem, model=parts.model,
+                                  constraint=parts.constraint)
+    record["parts"] = dataclasses.replace(parts, dataset=prepared.parts.dataset,
+                                          problem=problem)
     return record
 
 

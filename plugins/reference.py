@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 import harness
-from harness import ConfigError, Param, stream
+from harness import ConfigError, Param
 from harness.context import RunView
 from harness.params import validate
 from plugins.lib import optimum
@@ -109,8 +109,11 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
         return "skipped", (f"n*d = {n * d:,} exceeds reference.max_size = "
                            f"{conf['max_size']:,} (set reference.exact=true to solve anyway)"), None
     X = np.asarray(X[0:n], dtype=np.float64)  # memmaps and row-sliced stores alike
-    radius = float(parts.w_player.radius)
-    key = optimum.cache_key(X, y, model, caps, radius)
+    problem = parts.problem
+    radius = float(problem.radius)
+    # the paper's problem (mu = nu = 0) keeps the records it always had
+    reg = {"mu": problem.mu, "nu": problem.nu} if problem.mu or problem.nu else {}
+    key = optimum.cache_key(X, y, model, caps, radius, **reg)
     cache_dir = Path(conf["cache_dir"]).expanduser() if conf["cache_dir"] else default_cache_dir()
     cached = optimum.load_cached(cache_dir, key)
     if cached is not None:
@@ -122,24 +125,22 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
     solvers = optimum.SOLVERS if conf["solver"] == "auto" else (conf["solver"],)
     try:
         found = optimum.solve(X, y, model, caps, radius, solvers, conf["rtol"],
-                              conf["time_limit"], conf["atol"])
+                              conf["time_limit"], conf["atol"], **reg)
     except optimum.OptimumUnavailable as err:
         warnings.warn(f"minimax-bench: exact optimum unavailable: {err}", RuntimeWarning,
                       stacklevel=2)
         return "failed", str(err), None
     about = {"dataset": parts.names.get("dataset"), "model": model.name,
              "constraint": parts.names.get("constraint"), "k": parts.constraint.k,
-             "radius": radius, "loss_scale": model.scale_, "n": n, "d": d,
+             "radius": radius, **reg, "loss_scale": model.scale_, "n": n, "d": d,
              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     path = optimum.store(cache_dir, key, found, about)
     return "solved", f"by {found.solver} in {found.solve_time_s:.2f} s, cached in {path}", found
 
 
 def trivial(parts: RunView, opt: float) -> dict[str, float]:
-    """Objective of ``w = 0`` and its relative suboptimality against ``opt``."""
-    X, y, model = parts.dataset.X, parts.dataset.y, parts.model
-    losses = stream.raw_losses(model, np.zeros(model.n_params), X, y) / model.scale_
-    value, _ = parts.constraint.lmo(losses)
+    """Objective ``F(0)`` of ``w = 0`` and its relative suboptimality against ``opt``."""
+    value = parts.problem.value(np.zeros(parts.model.n_params))
     out = {"trivial_objective": float(value)}
     if opt > 0:
         out["trivial_relative_suboptimality"] = (float(value) - opt) / opt
@@ -175,11 +176,14 @@ def checkpoint_metrics(context, w_bar, losses):
     found = (context.state.get("reference") or {}).get("optimum")
     if found is None:
         return None
-    objective, _ = context.parts.constraint.lmo(losses)
+    objective = context.parts.problem.value(w_bar, losses)
     gap = objective - found.value
     metrics = {"suboptimality": gap}
     if found.value > 0:
         metrics["relative_suboptimality"] = gap / found.value
+    start = (context.state["reference"].get("trivial") or {}).get("trivial_objective")
+    if start is not None and start > found.value:
+        metrics["normalised_suboptimality"] = gap / (start - found.value)
     return metrics
 
 

@@ -89,7 +89,9 @@ def test_the_view_shows_the_game_before_during_and_after_play(tiny_cfg):
     run = prep.context.parts
     assert run.p_player is prep.parts.p_player and run.rounds == run.data_points == 0
     assert dict(run.names) == {"dataset": "breast_cancer", "constraint": "kset",
-                               "p_player": "exp4mp", "w_player": "ogd", "model": "logistic_cel"}
+                               "p_player": "exp4mp", "w_player": "ogd", "model": "logistic_cel",
+                               "solver": "game"}
+    assert run.solver is None and run.problem.radius == prep.parts.w_player.radius
     metrics = harness.play(prep)
     assert watcher.view is run  # one view per context
     assert watcher.at_start == {"p_player": prep.parts.p_player, "rounds": 0,

@@ -1,0 +1,145 @@
+"""The run of a whole-algorithm solver (``harness.protocols.Solver``): the same
+checkpoints, metrics, hooks, guards and resume as the game of Algorithm 1.
+
+The harness owns the loop: it hands the solver growing data-point targets
+(``Solver.advance``), each call lasting about ``CALL_SECONDS`` (the first
+asks for one data point, each next for up to four times as many), so a
+signal is honoured between calls; at each checkpoint (log-spaced in data
+points, as for the game) it evaluates the problem ``F`` at the solver's
+iterate, and the certified duality gap when the solver has a dual iterate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from harness.game import _NUMERIC_ERRORS, CALL_SECONDS, GuardError, Loop, _first_bad
+from harness.params import ConfigError
+
+
+class SolverRun(Loop):
+    """Runs ``parts.solver`` on ``parts.problem`` up to ``budget`` data points.
+
+    A ``harness.game.Loop`` like ``Game``, so ``harness.api.play`` saves,
+    resumes and tracks both alike; ``state.rounds`` counts data points here.
+    """
+
+    def play(self) -> dict[str, float]:
+        """Advance the solver to each checkpoint in turn, evaluating each;
+        returns the last checkpoint's metrics."""
+        parts, state = self.parts, self.state
+        solver, problem = parts.solver, parts.problem
+        pending = [int(r) for r in self.checkpoints if r > state.rounds]
+        stride = max(1, self.horizon // 200)
+        t0 = time.perf_counter() - state.wall_time
+        stop = self.stop_requests
+        self.path = "solver"
+        self.started = True
+        most = 1
+        while pending:
+            if stop:
+                raise KeyboardInterrupt(f"signal {stop[0]} at {solver.data_points} data points")
+            done = int(solver.data_points)
+            now = done
+            if done < pending[0]:  # (setup may have spent data points already)
+                target = min(pending[0], done + most)
+                began = time.perf_counter()
+                try:
+                    solver.advance(problem, self.rng, target)
+                except (ConfigError, KeyboardInterrupt):
+                    raise
+                except _NUMERIC_ERRORS as err:
+                    raise GuardError(f"solver '{parts.names.get('solver')}' failed at "
+                                     f"{int(solver.data_points):,} data points: "
+                                     f"{type(err).__name__}: {err}") from err
+                now = int(solver.data_points)
+                if now < target:
+                    raise GuardError(f"solver '{parts.names.get('solver')}' stopped short: "
+                                     f"asked to reach {target:,} data points, it is at "
+                                     f"{now:,}.")
+                per_point = max((time.perf_counter() - began) / (now - done), 1e-12)
+                most = max(1, min(4 * most, int(CALL_SECONDS / per_point)))
+            state.data_points = now
+            reached = False
+            while pending and now >= pending[0]:  # a step may pass several checkpoints
+                pending.pop(0)
+                reached = True
+            if reached:
+                state.rounds = now
+                state.wall_time = time.perf_counter() - t0
+                metrics = self.evaluate()
+                self.on_checkpoint(now, metrics)
+            if self.progress is not None and (now // stride) > (done // stride):
+                self.progress(min(now, self.horizon))
+        state.rounds = max(state.rounds, self.horizon)
+        state.wall_time = time.perf_counter() - t0
+        return state.last_metrics
+
+    def evaluate(self) -> dict[str, float]:
+        """Metrics at the solver's iterate: ``objective`` = F(w), the counters,
+        task metrics, the certified ``dual_gap`` when the solver has a dual
+        iterate ``q``, the plugins' metrics, and the seconds they took."""
+        start = time.perf_counter()
+        parts, state = self.parts, self.state
+        solver, problem, model = parts.solver, parts.problem, parts.model
+        X, y = problem.X, problem.y
+        w = np.asarray(solver.w, dtype=np.float64)
+        name = parts.names.get("solver")
+        if w.shape != (model.n_params,) or not np.all(np.isfinite(w)):
+            raise GuardError(f"solver '{name}' produced a non-finite or misshapen iterate at "
+                             f"{state.data_points:,} data points: " + (
+                                 _first_bad(w) if w.shape == (model.n_params,)
+                                 else f"shape {w.shape}, expected ({model.n_params},)"))
+        if not math.isinf(problem.radius) and float(w @ w) > problem.radius**2 * (1 + 1e-9):
+            raise GuardError(f"solver '{name}' left the ball of radius {problem.radius!r} at "
+                             f"{state.data_points:,} data points (||w|| = "
+                             f"{math.sqrt(float(w @ w))!r}).")
+        losses = problem.losses(w)
+        if not np.all(np.isfinite(losses)):
+            bad = int(np.flatnonzero(~np.isfinite(losses))[0])
+            raise GuardError(f"model '{parts.names.get('model')}' gave loss "
+                             f"{float(losses[bad])!r} for row {bad} at the iterate of solver "
+                             f"'{name}' at {state.data_points:,} data points.")
+        objective = problem.value(w, losses)
+        n = problem.n
+        metrics = {
+            "objective": objective,
+            "rounds": float(state.data_points),
+            "data_points": float(state.data_points),
+            "grad_evals": float(solver.grad_evals),
+            "passes": state.data_points / n,
+            "wall_time_s": state.wall_time,
+        }
+        q = getattr(solver, "q", None)
+        if q is not None:
+            q = np.asarray(q, dtype=np.float64)
+            if q.shape != (n,) or not parts.constraint.contains(q, atol=1e-8):
+                raise GuardError(f"solver '{name}' has its dual iterate q outside the "
+                                 f"constraint set '{parts.names.get('constraint')}' at "
+                                 f"{state.data_points:,} data points.")
+            lower, state.inner_w = _dual_bound(
+                problem, q, state.inner_w if state.inner_w is not None else w)
+            metrics["dual_gap"] = objective - lower
+            metrics["dual_lower"] = lower
+        metrics.update(model.task_metrics(w, X, y, parts.constraint.k))
+        if self.extra_metrics is not None:
+            metrics.update(self.extra_metrics(w, losses))
+        bad = {key: value for key, value in metrics.items() if not math.isfinite(value)}
+        if bad:
+            raise GuardError(f"non-finite metric(s) {bad} at {state.data_points:,} data points, "
+                             f"not logged (solver '{name}', model '{parts.names.get('model')}').")
+        spent = time.perf_counter() - start
+        state.checkpoint_time += spent
+        metrics["checkpoint_time_s"] = spent
+        metrics["checkpoint_time_total_s"] = state.checkpoint_time
+        state.last_metrics = metrics
+        return metrics
+
+
+def _dual_bound(problem, q, w0):
+    from harness.dual import dual_lower_bound
+
+    return dual_lower_bound(problem, q, w0)
