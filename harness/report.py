@@ -4,10 +4,12 @@
     minimax-bench-report --tracking-uri http://127.0.0.1:5000 --experiment sweep \
         --filter "tags.dataset = 'boston'"
 
-Reads every finished game run of the experiment (any MLflow tracking URI),
-groups them by algorithm (tag ``algorithm``), and writes
+Reads every finished run of the experiment (any MLflow tracking URI; the
+game's and the whole-algorithm solvers' alike), groups them by algorithm (tag
+``algorithm``: the p-player, or the solver), and writes
 
-* one PNG per metric: data points processed on a log x-axis, one line per
+* one PNG per metric: data points processed on a log x-axis (``--x``:
+  per-row gradient evaluations, passes over the data or wall seconds), one line per
   algorithm (median over seeds) with the min-max band over seeds; the
   objective's figure draws the exact optimum (param ``opt``, where the runs
   computed it) as a dashed horizontal line, ``suboptimality.png`` and
@@ -40,11 +42,15 @@ from pathlib import Path
 import numpy as np
 
 REPORT_TAG = "minimax_bench_report"
-CURVE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality", "accuracy",
-                 "topk_mse", "max_loss", "theory_bound")
+CURVE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality",
+                 "normalised_suboptimality", "accuracy", "topk_mse", "max_loss", "theory_bound")
 TABLE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality",
-                 "accuracy", "topk_mse", "max_loss",
-                 "data_points", "rounds", "wall_time_s")
+                 "normalised_suboptimality", "accuracy", "topk_mse", "max_loss",
+                 "data_points", "grad_evals", "passes", "rounds", "wall_time_s")
+#: what the x-axis can count (``--x``): metrics logged at every checkpoint
+X_AXES = {"data_points": "data points processed", "grad_evals": "per-row gradient evaluations",
+          "passes": "passes over the data", "wall_time_s": "wall seconds"}
+LINEAR_X = {"grad_evals", "passes"}
 LABELS = {
     "dual_gap": "certified dual gap",
     "objective": "objective (avg top-k loss, scaled)",
@@ -54,8 +60,10 @@ LABELS = {
     "theory_bound": "theoretical gap bound",
     "suboptimality": "suboptimality (objective - OPT)",
     "relative_suboptimality": "relative suboptimality",
+    "normalised_suboptimality": "normalised suboptimality (F - F*) / (F(w_0) - F*)",
 }
-LOG_Y = {"dual_gap", "theory_bound", "topk_mse", "suboptimality", "relative_suboptimality"}
+LOG_Y = {"dual_gap", "theory_bound", "topk_mse", "suboptimality", "relative_suboptimality",
+         "normalised_suboptimality"}
 #: a trivial solution within this relative distance of OPT marks a nearly degenerate problem
 NEARLY_SOLVED = 0.05
 
@@ -112,7 +120,14 @@ def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str,
         prepared = " ".join(params[f"dataset.{key}"] for key in ("scale", "target")
                             if f"dataset.{key}" in params)
         name = f"{dataset} {prepared}" if prepared else dataset
-        curves.problem[label] = name if k is None else f"{name} k={k}"
+        name = name if k is None else f"{name} k={k}"
+        # the regularised problem F (mu, nu; no ball) is another problem than the paper's
+        mu, nu = float(params.get("problem.mu", 0)), float(params.get("problem.nu", 0))
+        if mu or nu:
+            name += f" mu={mu:.3g} nu={nu:.3g}"
+        if params.get("problem.radius") == "inf":
+            name += " no-ball"
+        curves.problem[label] = name
         curves.where[label] = (dataset, int(k) if k is not None else 0)
     if not grouped:
         raise SystemExit(f"minimax-bench-report: error: no finished game runs in experiment "
@@ -133,12 +148,29 @@ def band(curves: Curves, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return steps, np.median(values, axis=0), values.min(axis=0), values.max(axis=0)
 
 
-def _draw(ax, grouped: dict[str, Curves], metric: str) -> bool:
+def x_values(curves: Curves, steps: np.ndarray, x: str) -> np.ndarray:
+    """The x-axis values at ``steps`` (data points): the steps themselves, or the
+    median over the runs of the counter ``x`` logged at those steps (NaN where
+    no run logged it: runs of a version without the counter)."""
+    if x == "data_points":
+        return steps
+    out = []
+    for s, v in (h[x] for h in curves.runs.values() if x in h):
+        at = np.searchsorted(s, steps)
+        hit = (at < s.size) & (s[np.minimum(at, s.size - 1)] == steps)
+        out.append(np.where(hit, v[np.minimum(at, s.size - 1)], np.nan))
+    if not out:
+        return np.full(steps.shape, np.nan)
+    return np.nanmedian(np.array(out), axis=0) if len(out) > 1 else out[0]
+
+
+def _draw(ax, grouped: dict[str, Curves], metric: str, x: str = "data_points") -> bool:
     drawn = False
     for algorithm in sorted(grouped):
         steps, med, lo, hi = band(grouped[algorithm], metric)
         if steps.size == 0:
             continue
+        steps = x_values(grouped[algorithm], steps, x)
         n_seeds = sum(metric in h for h in grouped[algorithm].runs.values())
         if metric in LOG_Y:  # a value <= 0 has no place on a log axis: leave a gap
             med, lo, hi = (np.where(v > 0, v, np.nan) for v in (med, lo, hi))
@@ -156,10 +188,12 @@ def _draw(ax, grouped: dict[str, Curves], metric: str) -> bool:
             ax.axhline(value, color="grey", linestyle=":", linewidth=1.5,
                        label=f"w = 0: {value:.4g}")
     if drawn:
-        ax.set_xscale("log")
+        # the field draws passes (and gradient counts) on a linear axis, where
+        # linear convergence is a straight line on the log y-axis
+        ax.set_xscale("linear" if x in LINEAR_X else "log")
         if metric in LOG_Y:
             ax.set_yscale("log")
-        ax.set_xlabel("data points processed")
+        ax.set_xlabel(X_AXES[x])
         ax.set_ylabel(LABELS.get(metric, metric))
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
@@ -188,6 +222,8 @@ def trivial_values(curves: Curves, label: str) -> dict[str, float]:
     out = {"objective": value, "suboptimality": value - opt}
     if opt > 0:
         out["relative_suboptimality"] = (value - opt) / opt
+    if value > opt:  # (F(0) - F*) / (F(0) - F*): w = 0 is where the normalisation starts
+        out["normalised_suboptimality"] = 1.0
     return out
 
 
@@ -254,8 +290,9 @@ def problem_table(grouped: dict[str, Curves], metric: str = "relative_suboptimal
 
 
 def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
-                    metric: str = "relative_suboptimality") -> list[Path]:
-    """``problem_<dataset>.png``: ``metric`` against data points, one panel per k."""
+                    metric: str = "relative_suboptimality",
+                    x: str = "data_points") -> list[Path]:
+    """``problem_<dataset>.png``: ``metric`` against ``x``, one panel per k."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,7 +304,8 @@ def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
     written = []
     for dataset, panels in by_dataset.items():
         fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
-        drawn = [_draw(ax, part, metric) for ax, (_, part) in zip(axes[0], panels, strict=True)]
+        drawn = [_draw(ax, part, metric, x)
+                 for ax, (_, part) in zip(axes[0], panels, strict=True)]
         for ax, (problem, _) in zip(axes[0], panels, strict=True):
             ax.set_title(problem)
         if any(drawn):
@@ -280,7 +318,8 @@ def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
     return written
 
 
-def figures(grouped: dict[str, Curves], out: Path, title: str) -> list[Path]:
+def figures(grouped: dict[str, Curves], out: Path, title: str,
+            x: str = "data_points") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -289,7 +328,7 @@ def figures(grouped: dict[str, Curves], out: Path, title: str) -> list[Path]:
     written = []
     for metric in CURVE_METRICS:
         fig, ax = plt.subplots(figsize=(6, 4))
-        if _draw(ax, grouped, metric):
+        if _draw(ax, grouped, metric, x):
             ax.set_title(f"{title}: {LABELS.get(metric, metric)}")
             fig.tight_layout()
             path = out / f"{metric}.png"
@@ -299,8 +338,8 @@ def figures(grouped: dict[str, Curves], out: Path, title: str) -> list[Path]:
     task = "accuracy" if any("accuracy" in h for c in grouped.values() for h in c.runs.values()) \
         else "topk_mse"
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
-    _draw(left, grouped, task)
-    _draw(right, grouped, "dual_gap")
+    _draw(left, grouped, task, x)
+    _draw(right, grouped, "dual_gap", x)
     fig.suptitle(title)
     fig.tight_layout()
     path = out / "summary.png"
@@ -352,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="report", help="output folder")
     parser.add_argument("--title", default=None)
     parser.add_argument("--no-log", action="store_true", help="do not log a summary run")
+    parser.add_argument("--x", default="data_points", choices=tuple(X_AXES),
+                        help="what the figures' x-axis counts (default: data points)")
     args = parser.parse_args(argv)
     grouped = load(args.tracking_uri, args.experiment, args.filter)
     out = Path(args.out)
@@ -359,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = split_by_problem(grouped)
     title = args.title or args.experiment
     if len(problems) == 1:
-        files = figures(grouped, out, title)
+        files = figures(grouped, out, title, args.x)
         text = final_table(grouped)
     else:  # curves of different problems are never pooled: per-problem figures below
         files = []
@@ -371,13 +412,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table.read_text())
     if any(c.opt for c in grouped.values()):
         cross = out / "problems.md"
-        cross.write_text(f"# {title}: relative suboptimality by problem\n\n"
-                         + problem_table(grouped))
+        text = f"# {title}: relative suboptimality by problem\n\n" + problem_table(grouped)
+        if any("normalised_suboptimality" in h for c in grouped.values()
+               for h in c.runs.values()):
+            text += ("\n## normalised suboptimality (F - F*) / (F(w_0) - F*)\n\n"
+                     + problem_table(grouped, "normalised_suboptimality"))
+        cross.write_text(text)
         files.append(cross)
-        files.extend(problem_figures(grouped, out, title))
+        files.extend(problem_figures(grouped, out, title, x=args.x))
         print(cross.read_text())
     elif len(problems) > 1:
-        files.extend(problem_figures(grouped, out, title, metric="objective"))
+        files.extend(problem_figures(grouped, out, title, metric="objective", x=args.x))
     print(f"wrote {len(files)} files to {out}/")
     if not args.no_log:
         run_id = log_summary_run(args.tracking_uri, args.experiment, files)

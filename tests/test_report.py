@@ -156,3 +156,31 @@ def test_runs_of_two_preparations_of_one_data_set_are_two_problems(tmp_path):
                 if line.startswith("## ")]
     assert sections == ["## yacht minmax k=20", "## yacht standard k=20"]
     assert not (out / "objective.png").exists() and (out / "problem_yacht.png").exists()
+
+
+def test_solver_runs_report_normalised_suboptimality_against_passes(tmp_path):
+    # Prospect's problem on yacht (regularised, no ball) beside the paper's problem:
+    # two problems, a normalised-suboptimality table, figures against passes
+    pytest.importorskip("cvxpy")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ("dataset=yacht", "dataset.scale=standard", "budget=6000", "checkpoints=4",
+              "tracking.enabled=true", f"tracking.uri={uri}", "tracking.experiment=solvers",
+              "reference.exact=true", f"reference.cache_dir={tmp_path / 'cache'}")
+    regularised = ("model=linear_mse", "model.bias=false", "model.loss_scale=2.0",
+                   "constraint.level=0.5", "problem.mu_times_n=1.0", "problem.nu=1.0",
+                   "problem.ball=false")
+    for solver in ("prospect", "lsvrg"):
+        harness.run(game_cfg(*common, *regularised, f"solver={solver}"))
+    harness.run(game_cfg(*common, "constraint.level=0.5", "p_player=uniform"))
+    out = tmp_path / "report"
+    assert report.main(["--tracking-uri", uri, "--experiment", "solvers", "--out", str(out),
+                        "--no-log", "--x", "passes"]) == 0
+    text = (out / "problems.md").read_text()
+    assert ("| algorithm | yacht standard k=154 | yacht standard k=154 mu=0.00325 nu=1 "
+            "no-ball |") in text
+    assert "## normalised suboptimality" in text
+    row = next(line for line in text.split("## normalised")[1].splitlines()
+               if line.startswith("| prospect |"))
+    assert float(row.split("|")[3]) < 1e-3  # 19 passes of Prospect: far below w = 0's 1
+    figure = out / "problem_yacht.png"
+    assert figure.read_bytes().startswith(PNG)
