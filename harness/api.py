@@ -283,13 +283,19 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
             model.n_params, horizon, model.grad_bound, lr_hint=lr_hint).items()})
     else:
         derived.update({f"solver.{k}": v for k, v in solver.setup(problem, budget).items()})
+        if int(solver.data_points) > budget:
+            raise ConfigError(f"The solver '{s_name}' spends {int(solver.data_points):,} data "
+                              f"points before its first step (a pass over the n = {n:,} rows); "
+                              f"budget={budget:,} is below that. Give a budget of at least "
+                              f"{int(solver.data_points):,}.")
     derived.update({f"problem.{k}": v for k, v in problem.describe().items()})
 
     # resolved config values, then every theory-derived value in place of its None
     params: dict[str, Any] = {"budget": budget, "seed": seed, "checkpoints": n_cp}
     params.update(resolved)
-    params.update({"horizon_T": horizon, "rows_per_round": per_round,
-                   "n": n, "d": int(dataset.X.shape[1])})
+    params.update({"n": n, "d": int(dataset.X.shape[1])})
+    if composed:  # (a solver's budget is in data points; it has no rounds)
+        params.update({"horizon_T": horizon, "rows_per_round": per_round})
     params.update(derived)
     tags = {"algorithm": p_name if composed else s_name, "solver": s_name,
             "dataset": ds_name, "constraint": c_name, "model": m_name, "seed": str(seed),
@@ -319,6 +325,9 @@ def _solver_radius(conf: Mapping[str, Any], spec: Mapping[str, Any], name: str) 
     else the w-player's (``w_player.radius`` of the config, so the game and the
     solvers of one sweep solve the same problem), or infinite (``ball=false``)."""
     if not spec["ball"]:
+        if spec["radius"] is not None:
+            raise ConfigError(f"problem.ball=false (no ball) and problem.radius="
+                              f"{spec['radius']!r} contradict each other: set one of them.")
         if spec["mu"] <= 0.0:
             raise ConfigError(f"problem.ball=false (no ball) needs problem.mu > 0 (F is then "
                               f"strongly convex and has a minimiser); got mu={spec['mu']!r} "

@@ -801,6 +801,20 @@ def _solver_run(name: str, problem: str, seed: int = 0, passes: int = 60):
         pytest.skip(f"solver '{name}' refuses the {problem} problem: {err}")
 
 
+@pytest.mark.parametrize("name", _names("solver"))
+def test_solver_solves_one_of_the_suites_problems(name):
+    # a solver may refuse a problem (a ConfigError naming why), but not both:
+    # one that refuses everything would pass every other check by skipping it
+    refusals = {}
+    for problem in SOLVER_PROBLEMS:
+        try:
+            _solver_run(name, problem)
+        except pytest.skip.Exception as skipped:
+            refusals[problem] = str(skipped)
+    assert len(refusals) < len(SOLVER_PROBLEMS), (
+        f"solver '{name}' refuses every problem of the suite: {refusals}")
+
+
 def _untimed(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k not in TIMING_METRICS}
 

@@ -130,7 +130,7 @@ def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str,
         curves.problem[label] = name
         curves.where[label] = (dataset, int(k) if k is not None else 0)
     if not grouped:
-        raise SystemExit(f"minimax-bench-report: error: no finished game runs in experiment "
+        raise SystemExit(f"minimax-bench-report: error: no finished runs in experiment "
                          f"{experiment!r}" + (f" matching {filter_string!r}" if filter_string
                                               else "") + ".")
     return dict(grouped)

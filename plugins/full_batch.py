@@ -1,26 +1,69 @@
 """A deterministic full-batch baseline for the problem ``F`` (``harness.problem``):
-every evaluation reads all n rows.
+every gradient evaluation reads all n rows and costs n data points and n
+gradient evaluations.
 
-* ``lbfgs``: L-BFGS (Nocedal and Wright 2006, Algorithm 7.4 and 7.5, the
-  two-loop recursion) with Armijo backtracking, on ``F`` without a ball.
-  ``F`` is differentiable when ``nu > 0`` and the losses are (the inner
-  maximiser ``q = proj_K(1/n + L/(nu n))`` is unique and Lipschitz in ``L``,
-  so Danskin's gradient ``sum_i q_i grad L_i + mu w`` is continuous); with
-  ``nu = 0`` ``F`` is a maximum of smooth functions, kinked wherever the top
-  rows change, and quasi-Newton steps have no guarantee there: refused.
-* ``agd``: Nesterov's accelerated projected gradient (FISTA, Beck and Teboulle
-  2009, with their backtracking on the Lipschitz constant and a function-value
-  restart, O'Donoghue and Candes 2015) over the ball; ``lr`` fixes the step
-  ``1/L`` instead. No global constant is assumed: ``F``'s curvature along a
-  step is at most ``||sum_i q_i H_i(w)|| + ||J(w)||^2 / (nu n) + mu`` (``J`` the
-  Jacobian of ``L``, ``q`` Lipschitz in ``L`` with constant ``1/(nu n)``), which
-  grows with ``||w||`` for the squared loss, so backtracking finds it. With
-  ``nu = 0`` ``F`` is not smooth and AGD is a heuristic (the step shrinks at
-  the kinks; no rate is claimed).
-* ``auto``: ``lbfgs`` when the radius is infinite and ``nu > 0``, else ``agd``.
+* ``agd`` (the default with a ball or with ``nu = 0``): Nesterov's accelerated
+  projected gradient (FISTA, Beck and Teboulle 2009) with the constant step
+  ``lr = 1/L_F``, one gradient at the extrapolated point ``y`` per iteration
+  (no function values), projection onto the ball, and O'Donoghue and Candes's
+  (2015) gradient restart: the momentum is reset (``t = 1``, ``y = x``) when
+  ``<grad at y_k, x_{k+1} - x_k> > 0``, which costs nothing more.
 
-Counting: an evaluation of ``F`` at a new point costs n data points; of its
-gradient too, n gradient evaluations (line-search trials included).
+  *The constant.* ``F = phi(L(w)) + (mu/2)||w||^2`` with ``phi(l) = max_{q in
+  K} <l, q> - (nu n/2)||q - 1/n||^2``, whose gradient ``q(l) = proj_K(1/n +
+  l/(nu n))`` is ``1/(nu n)``-Lipschitz (a projection is non-expansive). So
+  ``grad F(w) - grad F(w') = J(w)^T (q(w) - q(w')) + sum_i q_i(w') (grad L_i(w)
+  - grad L_i(w')) + mu (w - w')``, with ``||J||^2 <= ||J||_F^2 <= n G^2``,
+  ``||L(w) - L(w')|| <= sqrt(n) G ||w - w'||`` and ``sum_i q_i = 1``, ``q >=
+  0``:  ``L_F <= L_row + G^2/nu + mu``, ``L_row`` the rows' smoothness
+  (``plugins.lib.spectral.row_smoothness``) and ``G`` a bound on the scaled
+  per-row gradient norms wherever gradients are taken. FISTA's extrapolated
+  points leave the ball (``||y|| <= ||x_k|| + ||x_k - x_{k-1}|| < 3B``) and the
+  descent lemma is used on ``[y_k, x_{k+1}]``, so ``G`` is taken over the ball
+  of radius ``3B``: ``sqrt(2) max_i ||(x_i, 1)|| / scale`` for softmax
+  cross-entropy (any radius), ``2 max_i (3B ||x_i'|| + |y_i|) ||x_i'|| / scale``
+  for the squared error (``x' = (x, 1)`` with a bias). Other models: give
+  ``lr`` (``ConfigError`` otherwise). Without a ball ``G`` is unbounded: give
+  ``lr`` (or use ``lbfgs``, the default there when ``nu > 0``).
+
+  *nu = 0* (``F`` not smooth): AGD on the smoothed ``F_s`` (Nesterov 2005,
+  "Smooth minimization of non-smooth functions"), ``F`` with the chi-square
+  term ``nu_s = smoothing`` in place of ``nu``, so ``grad F_s(w) = sum_i q_i
+  grad L_i + mu w`` with ``q = proj_K(1/n + L(w)/(nu_s n))``. ``F_s <= F <= F_s
+  + nu_s D`` with ``D = max_{q in K} (n/2)||q - 1/n||^2 <= n c_max / 2``
+  (``||q||^2 <= max_i q_i <= c_max``, the largest row cap), and after ``T =
+  budget // n`` iterations FISTA gives ``F_s(x_T) - min F_s <= 2 L_F B^2 /
+  T^2`` from ``x_0 = 0``. With ``L_F ~ G^2/nu_s`` the sum ``nu_s n c_max/2 +
+  2 G^2 B^2/(nu_s T^2)`` is least at ``nu_s = 2 G B / (T sqrt(n c_max))``
+  (the default; total ``2 G B sqrt(n c_max) / T``). The iterate ``w`` is the
+  current ``x``, measured on the true ``F`` by the harness.
+
+  ``q``, the dual iterate, is the inner maximiser of the true problem at
+  ``w``, recomputed from ``L(w)`` at the end of each ``advance`` call (a
+  measurement for the harness's certified dual gap, like its own ``F(w)``:
+  not counted, never used by the iterations).
+* ``lbfgs`` (the default without a ball and with ``nu > 0``): L-BFGS (Nocedal
+  and Wright 2006, Algorithm 7.4 and 7.5, the two-loop recursion) with Armijo
+  backtracking, on ``F`` without a ball. ``F`` is differentiable when ``nu >
+  0`` (Danskin's gradient ``sum_i q_i grad L_i + mu w`` at the unique ``q``);
+  with ``nu = 0`` ``F`` is kinked wherever the top rows change and quasi-
+  Newton steps have no guarantee there: refused. Each line-search trial is one
+  evaluation (``F`` and its gradient: n data points); ``advance`` returns as
+  soon as ``data_points >= until``, in the middle of a line search if need be
+  (its direction, step and trial count are attributes), and the next call
+  resumes it: the sequence of evaluations does not depend on where the calls
+  stop, so runs are deterministic and resumable whatever the harness's call
+  sizes, and no call overshoots ``until`` by more than one evaluation.
+
+``setup`` logs ``lr`` (agd: the constant step in use; lbfgs: the first step
+along ``-grad``, nan when it is ``1/||grad||``), ``lipschitz`` (agd: the bound
+``L_F``, or ``1/lr`` for a model without one; lbfgs: inf, none is used),
+``smoothing`` (``nu_s``; 0 when ``nu > 0`` or with lbfgs), ``method`` and
+``memory``.
+
+Counting: every evaluation at a point costs n data points and n gradient
+evaluations, so ``advance`` overshoots ``until`` by less than n data points;
+with ``agd`` ``data_points == n * iterations_`` exactly.
 """
 
 from __future__ import annotations
@@ -31,15 +74,39 @@ from typing import Any, ClassVar
 import numpy as np
 
 import harness
-from harness import ConfigError, Param
+from harness import ConfigError, Param, stream
+from harness.protocols import EuclideanProjection
+from plugins.lib.spectral import MODEL_KINDS, row_smoothness
 
 #: Armijo's sufficient-decrease constant and the most halvings of one line search
 ARMIJO_C1 = 1e-4
 MAX_HALVINGS = 40
 
 
+def gradient_bound(problem: Any, radius: float, chunk: int = 65536) -> float:
+    """A bound on the scaled per-row gradient norms over ``||w|| <= radius`` for
+    the built-in models (module docstring); ``problem.model.grad_bound`` for
+    any other model."""
+    model = problem.model
+    name = getattr(model, "name", None)
+    if name not in MODEL_KINDS:
+        return float(model.grad_bound)
+    X, y, best = problem.X, np.asarray(problem.y, dtype=np.float64), 0.0
+    bias = name == "logistic_cel" or bool(getattr(model, "bias", True))
+    for start in range(0, X.shape[0], chunk):
+        block = np.asarray(X[start:start + chunk], dtype=np.float64)
+        norms = np.sqrt(np.einsum("ij,ij->i", block, block) + (1.0 if bias else 0.0))
+        if name == "logistic_cel":  # ||(p - e_y) kron (x, 1)|| <= sqrt(2) ||(x, 1)||
+            rows = math.sqrt(2.0) * norms
+        else:  # 2 |<x', w> - y| ||x'||
+            rows = 2.0 * (radius * norms + np.abs(y[start:start + chunk])) * norms
+        best = max(best, float(np.max(rows)))
+    return best / problem.scale
+
+
 class FullBatch:
-    """L-BFGS or accelerated projected gradient on ``F`` with exact full passes."""
+    """Constant-step FISTA with gradient restart (on ``F``, or on its chi-square
+    smoothing when ``nu = 0``), or L-BFGS without a ball; full passes only."""
 
     name: ClassVar[str] = "full_batch"
     params: ClassVar[dict[str, Param]] = {
@@ -47,13 +114,19 @@ class FullBatch:
                         doc="auto: lbfgs without a ball and with nu > 0, else agd"),
         "memory": Param(int, default=10, low=1, doc="L-BFGS curvature pairs kept"),
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
-                    doc="agd: constant step 1/L (None: backtracking); lbfgs: first step"),
+                    doc="agd: the constant step (None: 1/L_F, L_F <= L_row + G^2/nu + mu); "
+                        "lbfgs: the first step along -grad (None: 1/||grad||)"),
+        "smoothing": Param(float, low=0.0, low_open=True, nullable=True,
+                           doc="agd with nu = 0: the chi-square smoothing nu_s (None: "
+                               "2 G B / (T sqrt(n c_max)), T = budget // n)"),
     }
 
-    def __init__(self, method: str = "auto", memory: int = 10, lr: float | None = None) -> None:
+    def __init__(self, method: str = "auto", memory: int = 10, lr: float | None = None,
+                 smoothing: float | None = None) -> None:
         self.method = method
         self.memory = memory
         self.lr = lr
+        self.smoothing = smoothing
 
     # -- life cycle -------------------------------------------------------------
 
@@ -72,36 +145,95 @@ class FullBatch:
                 f"The 'method' parameter of full_batch is 'lbfgs' but the radius is "
                 f"{problem.radius!r}: this L-BFGS is unconstrained. Use method=agd (projected) "
                 "or an infinite radius with mu > 0.")
+        if self.smoothing is not None and (method != "agd" or problem.nu > 0):
+            raise ConfigError(
+                f"The 'smoothing' parameter of full_batch is {self.smoothing!r}, but it is the "
+                f"smoothing of agd when nu = 0 (here method={method}, nu={problem.nu!r}): "
+                "leave it unset.")
         dim = problem.n_params
         self.method_ = method
         self.w = np.zeros(dim)
         self.q: np.ndarray | None = None
-        self.f_: float | None = None  # F(w)
         self.data_points = 0
         self.grad_evals = 0
         self.iterations_ = 0
         if method == "lbfgs":
+            self.f_: float | None = None  # F(w)
             self.g_ = np.zeros(dim)
             self.S_ = np.zeros((self.memory, dim))
             self.Y_ = np.zeros((self.memory, dim))
             self.pairs_ = 0  # pairs stored; the newest at (pairs_ - 1) % memory
             self.step_ = math.nan  # last accepted step length
+            self.search_: tuple[np.ndarray, float, float, int] | None = None  # d, t, slope, tries
             return {"method": method, "memory": self.memory,
-                    "lr": self.lr if self.lr is not None else "1/||grad||, then 1"}
+                    "lr": float(self.lr) if self.lr is not None else math.nan,
+                    "lipschitz": math.inf, "smoothing": 0.0}
+        return self._setup_agd(problem, budget)
+
+    def _setup_agd(self, problem: Any, budget: int) -> dict[str, Any]:
+        n, radius, nu = problem.n, float(problem.radius), float(problem.nu)
+        finite = math.isfinite(radius)
+        name = getattr(problem.model, "name", type(problem.model).__name__)
+        if not finite and self.lr is None:
+            raise ConfigError(
+                "The solver 'full_batch' with method=agd has no constant step without a ball: "
+                "the per-row gradients (and so F's smoothness) are unbounded over the whole "
+                "space. Give solver.lr, a ball (problem.radius), or method=lbfgs (nu > 0).")
+        if name not in MODEL_KINDS and self.lr is None:
+            raise ConfigError(
+                f"The solver 'full_batch' (method=agd) derives its step from the smoothness of "
+                f"the models {sorted(MODEL_KINDS)}. Got model '{name}' instead: give solver.lr.")
+        if nu == 0.0 and not isinstance(problem.constraint, EuclideanProjection):
+            raise ConfigError(
+                f"The solver 'full_batch' (method=agd) smooths F when nu = 0 with the Euclidean "
+                f"projection onto K; the constraint set "
+                f"'{getattr(problem.constraint, 'name', '?')}' has no euclidean_project.")
+        # G where gradients are taken (FISTA's y stays within 3B: module docstring)
+        G = gradient_bound(problem, 3.0 * radius) if finite else math.inf
+        if nu > 0.0:
+            nu_s, nu_eff = 0.0, nu
+        else:
+            if self.smoothing is not None:
+                nu_s = float(self.smoothing)
+            elif math.isfinite(G) and finite:
+                caps = problem.constraint.row_caps()
+                c_max = float(np.max(caps)) if caps is not None else 1.0
+                T = max(1, int(budget) // n)
+                nu_s = 2.0 * G * radius / (T * math.sqrt(n * c_max))
+            else:
+                raise ConfigError(
+                    "The solver 'full_batch' (method=agd) smooths F when nu = 0 with nu_s = "
+                    "2 G B / (T sqrt(n c_max)), which needs a ball and a gradient bound: give "
+                    "solver.smoothing.")
+            if not nu_s > 0.0 or not math.isfinite(nu_s):
+                raise ConfigError(f"The solver 'full_batch' derived the smoothing {nu_s!r} "
+                                  "(a zero gradient bound?): give solver.smoothing.")
+            nu_eff = nu_s
+        if name in MODEL_KINDS and math.isfinite(G):
+            lipschitz = row_smoothness(problem.model, problem.X) + G * G / nu_eff + problem.mu
+        else:  # lr given: no bound to report but the one the step assumes
+            lipschitz = 1.0 / float(self.lr)
+        self.lr_ = float(self.lr) if self.lr is not None else 1.0 / lipschitz
+        self.lipschitz_ = lipschitz
+        self.smoothing_ = nu_s
         self.y_ = self.w.copy()  # the extrapolated point
-        self.fy_: float | None = None
-        self.gy_ = np.zeros(dim)
         self.t_ = 1.0
-        self.L_ = 1.0 / self.lr if self.lr is not None else 1.0
-        return {"method": method, "lr": self.lr if self.lr is not None else "backtracking",
-                "lipschitz_init": self.L_}
+        self.restarts_ = 0
+        return {"method": "agd", "memory": self.memory, "lr": self.lr_,
+                "lipschitz": lipschitz, "smoothing": nu_s}
 
     def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
-        """Whole iterations (line searches included) until ``data_points >= until``."""
-        step = self._lbfgs_step if self.method_ == "lbfgs" else self._agd_step
+        """Evaluations (n data points each) until ``data_points >= until``: whole
+        agd iterations; L-BFGS line searches may stop between trials and resume
+        in the next call."""
+        if self.method_ == "lbfgs":
+            while self.data_points < until:
+                self._lbfgs_eval(problem)
+            return
         while self.data_points < until:
-            step(problem)
+            self._agd_step(problem)
             self.iterations_ += 1
+        _, self.q = problem.inner(problem.losses(self.w))  # a measurement (docstring)
 
     # -- evaluations ------------------------------------------------------------
 
@@ -111,36 +243,55 @@ class FullBatch:
         self.grad_evals += n
         return problem.value_and_grad(w)
 
-    def _value(self, problem: Any, w: np.ndarray) -> tuple[float, np.ndarray]:
-        self.data_points += problem.n
-        value, q = problem.inner(problem.losses(w))
-        return value + problem.regulariser(w), q
+    def _smoothed_grad(self, problem: Any, w: np.ndarray) -> np.ndarray:
+        """``grad F_s(w)`` (``grad F(w)`` when ``nu > 0``): one pass, n data points."""
+        n = problem.n
+        self.data_points += n
+        self.grad_evals += n
+        losses = problem.losses(w)
+        if problem.nu > 0.0:
+            _, q = problem.inner(losses)
+        else:
+            q = problem.constraint.euclidean_project(1.0 / n + losses / (self.smoothing_ * n))
+        rows = np.flatnonzero(q)
+        _, grad = stream.weighted_value_grad(problem.model, problem.X, problem.y, rows,
+                                             q[rows])(w)
+        return grad + problem.mu * w
 
     # -- L-BFGS -------------------------------------------------------------------
 
-    def _lbfgs_step(self, problem: Any) -> None:
+    def _lbfgs_eval(self, problem: Any) -> None:
+        """One evaluation of L-BFGS: the first one at ``w``, or the next trial of
+        the current line search (a new one starting when none is under way)."""
         if self.f_ is None:
             self.f_, self.g_, self.q = self._value_grad(problem, self.w)
+            self.iterations_ += 1
             return
-        d = self._direction()
-        slope = float(self.g_ @ d)
-        if not slope < 0.0:  # lost descent (rounding): restart from steepest descent
-            self.pairs_ = 0
+        if self.search_ is None:
             d = self._direction()
             slope = float(self.g_ @ d)
-            if not slope < 0.0:  # a zero gradient: nothing to do but re-evaluate
-                self.f_, self.g_, self.q = self._value_grad(problem, self.w)
-                return
-        t = 1.0
-        for _ in range(MAX_HALVINGS):
-            w_new = self.w + t * d
-            f_new, g_new, q_new = self._value_grad(problem, w_new)
-            if f_new <= self.f_ + ARMIJO_C1 * t * slope:
-                break
-            t *= 0.5
-        else:  # no decrease at machine precision: drop the memory, keep w
-            self.pairs_ = 0
+            if not slope < 0.0:  # lost descent (rounding): restart from steepest descent
+                self.pairs_ = 0
+                d = self._direction()
+                slope = float(self.g_ @ d)
+                if not slope < 0.0:  # a zero gradient: nothing to do but re-evaluate
+                    self.f_, self.g_, self.q = self._value_grad(problem, self.w)
+                    self.iterations_ += 1
+                    return
+            self.search_ = (d, 1.0, slope, 0)
+        d, t, slope, tries = self.search_
+        w_new = self.w + t * d
+        f_new, g_new, q_new = self._value_grad(problem, w_new)
+        tries += 1
+        if not f_new <= self.f_ + ARMIJO_C1 * t * slope:
+            if tries < MAX_HALVINGS:
+                self.search_ = (d, 0.5 * t, slope, tries)
+            else:  # no decrease at machine precision: drop the memory, keep w
+                self.search_ = None
+                self.pairs_ = 0
+                self.iterations_ += 1
             return
+        self.search_ = None
         s, y = w_new - self.w, g_new - self.g_
         sy = float(s @ y)
         if sy > 1e-12 * math.sqrt(float(s @ s) * float(y @ y)):  # curvature condition
@@ -148,6 +299,7 @@ class FullBatch:
             self.S_[slot], self.Y_[slot] = s, y
             self.pairs_ += 1
         self.w, self.f_, self.g_, self.q, self.step_ = w_new, f_new, g_new, q_new, t
+        self.iterations_ += 1
 
     def _direction(self) -> np.ndarray:
         """``-H g`` by the two-loop recursion (Nocedal and Wright, Algorithm 7.4)
@@ -176,31 +328,16 @@ class FullBatch:
     # -- accelerated projected gradient -------------------------------------------
 
     def _agd_step(self, problem: Any) -> None:
-        if self.f_ is None:
-            self.fy_, self.gy_, self.q = self._value_grad(problem, self.y_)
-            self.f_ = self.fy_
-            return
-        if self.fy_ is None:
-            self.fy_, self.gy_, _ = self._value_grad(problem, self.y_)
-        fixed = self.lr is not None
-        while True:  # Beck and Teboulle's backtracking on the quadratic model at y
-            x_new = problem.project(self.y_ - self.gy_ / self.L_)
-            f_new, q_new = self._value(problem, x_new)
-            d = x_new - self.y_
-            model = self.fy_ + float(self.gy_ @ d) + 0.5 * self.L_ * float(d @ d)
-            if fixed or f_new <= model + 1e-15 * max(1.0, abs(model)):
-                break
-            self.L_ *= 2.0
-            if not math.isfinite(self.L_):
-                raise FloatingPointError("full_batch's backtracking passed any finite L")
-        if f_new > self.f_:  # restart the momentum when it stops helping
+        """One FISTA iteration: the gradient at ``y``, a projected step of
+        ``lr``, then the restart test and the extrapolation."""
+        g = self._smoothed_grad(problem, self.y_)
+        x_new = problem.project(self.y_ - self.lr_ * g)
+        if float(g @ (x_new - self.w)) > 0.0:  # the gradient restart
             self.t_ = 1.0
+            self.restarts_ += 1
         t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * self.t_ * self.t_))
         self.y_ = x_new + ((self.t_ - 1.0) / t_new) * (x_new - self.w)
-        self.w, self.f_, self.q, self.t_ = x_new, f_new, q_new, t_new
-        self.fy_ = None
-        if not fixed:
-            self.L_ *= 0.9  # let the step grow again
+        self.w, self.t_ = x_new, t_new
 
 
 @harness.hookimpl

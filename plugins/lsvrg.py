@@ -62,7 +62,7 @@ class LSVRG(RowSolver):
         self.lr = lr
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
-        X, y = self._prepare(problem)
+        X, y = self._prepare(problem, budget)
         n, p = self.n_, problem.n_params
         self.w = np.zeros(p)
         self.anchor_ = np.zeros(p)

@@ -77,7 +77,7 @@ class Prospect(RowSolver):
         self.lr = lr
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
-        X, y = self._prepare(problem)
+        X, y = self._prepare(problem, budget)
         n, p = self.n_, problem.n_params
         self.w = np.zeros(p)
         self.losses_ = np.empty(n)

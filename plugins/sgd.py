@@ -75,8 +75,8 @@ class SGD(RowSolver):
     name: ClassVar[str] = "sgd"
     params: ClassVar[dict[str, Param]] = {
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
-                    doc="constant step of w; None: 1 / (n max_i c_i L + mu), L the rows' "
-                        "smoothness"),
+                    doc="constant step of w; None: as lr of prospect and lsvrg "
+                        "(plugins.lib.row_solver)"),
         "tau_lr": Param(float, low=0.0, low_open=True, nullable=True,
                         doc="constant step of the threshold tau; None: lr"),
         "batch": Param(int, default=1, low=1, doc="rows per step b, drawn with replacement"),
@@ -95,7 +95,7 @@ class SGD(RowSolver):
         self.average = average
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
-        self._prepare(problem)
+        self._prepare(problem, budget // max(int(self.batch), 1))
         p = problem.n_params
         self.tau_lr_ = self.lr_ if self.tau_lr is None else float(self.tau_lr)
         self.iterate_ = np.zeros(p)

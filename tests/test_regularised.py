@@ -264,12 +264,24 @@ def test_regularisation_leaves_the_papers_key_and_refuses_an_unbounded_problem()
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method,radius,passes", [("auto", math.inf, 30), ("agd", math.inf, 100),
-                                                 ("agd", 0.3, 50)])
+def _papers_instance(n: int = 60) -> Problem:
+    """The paper's problem (mu = nu = 0) on breast cancer rows 0..n-1: softmax
+    cross-entropy over the ball of radius 1 (its proven loss scale), the k-set
+    with k = n/3."""
+    ds = harness.build("dataset", "breast_cancer")
+    X, y = np.asarray(ds.X[:n], dtype=np.float64), np.asarray(ds.y[:n])
+    model = harness.build("model", "logistic_cel")
+    model.setup(SimpleNamespace(X=X, y=y, n_classes=2), 1.0)
+    K = harness.build("constraint_set", "kset", n=n, k=n // 3)
+    return Problem(X, y, model, K, 0.0, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("method,radius,passes", [("auto", math.inf, 15), ("agd", 0.3, 80)])
 def test_full_batch_reaches_opt(method, radius, passes):
-    # seed 9, n = 40: F(w) - OPT <= 1e-8 |OPT| (OPT certified to 1e-10) within
-    # `passes` passes over the data (measured: 9, 33 and 14; a wrong L-BFGS
-    # direction takes 79), and the certified gap at q is then below 1e-6
+    # seed 9, n = 40, mu = 1/n, nu = 1: F(w) - OPT <= 1e-6 |OPT| (OPT certified to
+    # 1e-10) within `passes` passes (measured: 7 with L-BFGS, 61 with the constant
+    # step agd, 1/L_F, in the ball of radius 0.3), and the certified gap at q is
+    # then below 1e-5
     optimum = pytest.importorskip("plugins.lib.optimum")
     pytest.importorskip("cvxpy")
     n = 40
@@ -280,20 +292,107 @@ def test_full_batch_reaches_opt(method, radius, passes):
     info = solver.setup(P, passes * n)
     assert info["method"] == ("lbfgs" if method == "auto" else "agd")
     rng = np.random.default_rng(0)
-    while P.value(solver.w) > opt.value + 1e-8 * abs(opt.value) and solver.data_points < passes * n:
+    while P.value(solver.w) > opt.value + 1e-6 * abs(opt.value) and solver.data_points < passes * n:
         solver.advance(P, rng, solver.data_points + 1)
     value = P.value(solver.w)
-    assert opt.lower - 1e-12 <= value <= opt.value + 1e-8 * abs(opt.value), solver.data_points / n
-    assert solver.grad_evals <= solver.data_points
+    assert opt.lower - 1e-12 <= value <= opt.value + 1e-6 * abs(opt.value), solver.data_points / n
+    assert solver.grad_evals == solver.data_points
     assert P.constraint.contains(solver.q, atol=1e-9)
     lower, _ = dual_lower_bound(P, solver.q, solver.w)  # a certified gap, small at the end
-    assert lower <= opt.value + 1e-12 and value - lower <= 1e-6 * abs(value)
+    assert lower <= opt.value + 1e-12 and value - lower <= 1e-5 * abs(value)
+    if method == "agd":  # the logged step is the constant 1/L_F, a float, with
+        # L_F = L_row + G^2/nu + mu, G over the ball of radius 3B (squared loss, no bias)
+        norms = np.linalg.norm(P.X, axis=1)
+        G = float(np.max(2 * (3 * radius * norms + np.abs(P.y)) * norms)) / P.scale
+        L_F = 2 * float(np.max(norms**2)) / P.scale + G * G / P.nu + P.mu
+        assert info["lipschitz"] == pytest.approx(L_F, rel=1e-12)
+        assert info["lr"] == pytest.approx(1.0 / L_F, rel=1e-12)
+        assert info["smoothing"] == 0.0 and isinstance(info["lr"], float)
 
 
-@pytest.mark.parametrize("method", ["lbfgs", "agd"])
-def test_full_batch_resumes_bitwise(method):
-    # seed 10: pickled after 7 passes and continued, the copy matches the original bit for bit
+def test_full_batch_agd_lipschitz_bound_holds():
+    # seed 15: on the nu > 0 instance in a ball of radius 0.3, the logged L_F
+    # bounds ||grad F(u) - grad F(v)|| / ||u - v|| over 300 random pairs in the
+    # ball of radius 0.9 (where FISTA's extrapolated points may go); the largest
+    # ratio seen is 1/153 of it (the bound is loose: ||J||^2 <= n G^2 and G over
+    # 3B), and at least 1/500 is required (a bound off by a further factor fails)
+    P = _instance(40, 5, seed=9, mu=1 / 40, nu=1.0, radius=0.3)
+    L_F = FullBatch(method="agd").setup(P, 4000)["lipschitz"]
+    rng = np.random.default_rng(15)
+    worst = 0.0
+    for _ in range(300):
+        u, v = (project_ball(rng.normal(size=5), 0.9 * rng.random()) for _ in range(2))
+        gu, gv = P.value_and_grad(u)[1], P.value_and_grad(v)[1]
+        worst = max(worst, float(np.linalg.norm(gu - gv) / np.linalg.norm(u - v)))
+    assert L_F / 500 <= worst <= L_F
+
+
+def test_full_batch_smoothed_agd_on_the_papers_problem():
+    # breast cancer rows 0..59, k = 20, radius 1, mu = nu = 0 (deterministic: no
+    # seed), budget 1000 passes. At w = 0 every loss ties (log 2) and F has a
+    # kink; the smoothed agd must leave it and end within 2e-4 relative of OPT
+    # (OPT certified to 1e-6; measured 7.1e-5, 8.8e-4 at 300 passes, 4.3e-5 at
+    # 3000; w = 0 is 0.199 above OPT), with the default smoothing 2 G B / (T
+    # sqrt(n c_max)) logged
+    optimum = pytest.importorskip("plugins.lib.optimum")
+    pytest.importorskip("cvxpy")
+    P = _papers_instance(60)
+    n, passes = P.n, 1000
+    opt = optimum.solve(P.X, P.y, P.model, P.constraint.row_caps(), 1.0, rtol=1e-6, atol=1e-12)
+    solver = FullBatch()
+    info = solver.setup(P, passes * n)
+    G = math.sqrt(2.0) * float(np.max(np.linalg.norm(np.c_[P.X, np.ones(n)], axis=1))) / P.scale
+    assert info["method"] == "agd"
+    assert info["smoothing"] == pytest.approx(2 * G / (passes * math.sqrt(n / 20)), rel=1e-12)
+    solver.advance(P, np.random.default_rng(0), passes * n)
+    value, at_zero = P.value(solver.w), P.value(np.zeros(P.n_params))
+    assert solver.data_points == passes * n == solver.iterations_ * n
+    assert np.linalg.norm(solver.w) <= 1.0 + 1e-12
+    assert value < at_zero - 0.9 * (at_zero - opt.value)
+    assert value - opt.value <= 2e-4 * abs(opt.value), (value - opt.value) / opt.value
+    assert P.constraint.contains(solver.q, atol=1e-9)
+
+
+@pytest.mark.parametrize("nu", [0.0, 0.5])
+def test_full_batch_agd_costs_n_data_points_per_iteration(nu):
+    # seed 12: every agd iteration is one gradient at y (n data points, n gradient
+    # evaluations, no function values), and advance stops within one iteration
+    # of its target whatever the target
+    P = _instance(25, 3, seed=12, mu=0.1, nu=nu, radius=0.5)
+    s = FullBatch(method="agd")
+    s.setup(P, 1000)
+    rng = np.random.default_rng(0)
+    for until in (1, 26, 27, 100, 313, 1000):
+        s.advance(P, rng, until)
+        assert until <= s.data_points < until + 25
+        assert s.data_points == s.grad_evals == 25 * s.iterations_
+
+
+def test_full_batch_lbfgs_stops_mid_line_search_and_resumes_it():
+    # seed 10: L-BFGS advanced one evaluation at a time (each call returns as soon
+    # as it reaches its target, mid line search) ends bit for bit where one call
+    # to the same target ends, and no call overshoots by n or more
     P = _instance(35, 4, seed=10, mu=0.03, nu=0.5)
+    a, b = FullBatch(method="lbfgs"), FullBatch(method="lbfgs")
+    a.setup(P, 60 * 35)
+    b.setup(P, 60 * 35)
+    rng = np.random.default_rng(0)
+    while b.data_points < 60 * 35:
+        until = b.data_points + 1
+        b.advance(P, rng, until)
+        assert until <= b.data_points < until + 35
+        b = pickle.loads(pickle.dumps(b))
+    a.advance(P, rng, 60 * 35)
+    assert a.w.tobytes() == b.w.tobytes() and a.q.tobytes() == b.q.tobytes()
+    assert (a.data_points, a.grad_evals, a.iterations_) == (b.data_points, b.grad_evals,
+                                                            b.iterations_)
+
+
+@pytest.mark.parametrize("method,nu,radius", [("lbfgs", 0.5, math.inf), ("agd", 0.5, 0.4),
+                                              ("agd", 0.0, 0.4)])
+def test_full_batch_resumes_bitwise(method, nu, radius):
+    # seed 10: pickled after 7 passes and continued, the copy matches the original bit for bit
+    P = _instance(35, 4, seed=10, mu=0.03, nu=nu, radius=radius)
     a = FullBatch(method=method, memory=5)
     a.setup(P, 60 * 35)
     a.advance(P, np.random.default_rng(0), 7 * 35)
@@ -306,13 +405,25 @@ def test_full_batch_resumes_bitwise(method):
     assert np.any(a.w != 0.0)
 
 
-def test_full_batch_refuses_lbfgs_where_it_has_no_guarantee():
+def test_full_batch_refuses_what_it_has_no_step_or_guarantee_for():
     with pytest.raises(ConfigError, match="nu = 0"):
         FullBatch(method="lbfgs").setup(_instance(20, 3, seed=11, mu=0.1), 1000)
     with pytest.raises(ConfigError, match="radius"):
         FullBatch(method="lbfgs").setup(_instance(20, 3, seed=11, mu=0.1, nu=1.0, radius=1.0),
                                         1000)
     assert FullBatch().setup(_instance(20, 3, seed=11, radius=1.0), 1000)["method"] == "agd"
+    # agd without a ball: G, so L_F, is unbounded: lr is required (and then used)
+    P = _instance(20, 3, seed=11, mu=0.1, nu=1.0)
+    with pytest.raises(ConfigError, match="unbounded.*solver.lr"):
+        FullBatch(method="agd").setup(P, 1000)
+    assert FullBatch(method="agd", lr=0.01).setup(P, 1000)["lr"] == 0.01
+    with pytest.raises(ConfigError, match="smoothing"):
+        FullBatch(method="agd", smoothing=0.1).setup(P, 1000)
+    # a model without a known smoothness: lr is required
+    other = _instance(20, 3, seed=11, nu=1.0, radius=1.0)
+    other.model = SimpleNamespace(name="mystery", grad_bound=1.0, n_params=3, scale_=2.0)
+    with pytest.raises(ConfigError, match=r"full_batch.*\['linear_mse', 'logistic_cel'\]"):
+        FullBatch().setup(other, 1000)
 
 
 def test_full_batch_counts_every_evaluation():
@@ -324,4 +435,31 @@ def test_full_batch_counts_every_evaluation():
     s.advance(P, np.random.default_rng(0), 1)
     assert (s.data_points, s.grad_evals) == (25, 25)
     s.advance(P, np.random.default_rng(0), 26)
-    assert s.data_points % 25 == 0 and s.data_points == s.grad_evals >= 50
+    assert s.data_points == s.grad_evals == 50
+
+
+def test_full_batch_default_on_the_papers_breast_cancer_run():
+    # `python -m harness solver=full_batch dataset=breast_cancer budget=20000
+    # tracking.enabled=false reference.exact=false state_dir=null` (k = 20, radius
+    # 1, mu = nu = 0, seed 0): the run stays within one pass (n = 569) of its
+    # budget (the old backtracking spent 25,605 data points on budget=5000) and
+    # leaves w = 0: its objective differs from F(0) = log 2 / scale by more than
+    # 1e-4 (measured +1.9e-3: at T = 35 iterations the default smoothing is large
+    # and F(w) is still above F(0), which is within 0.4 % of OPT here; the old
+    # agd stayed at w = 0)
+    omegaconf = pytest.importorskip("omegaconf")
+    cfg = omegaconf.OmegaConf.to_container(harness.compose(
+        ["solver=full_batch", "dataset=breast_cancer", "budget=20000", "tracking.enabled=false",
+         "reference.exact=false", "state_dir=null"]), resolve=True)
+    cfg.pop("hydra", None)
+    prep = harness.prepare(cfg)
+    params = prep.context.params
+    assert params["problem.radius"] == 1.0 and params["problem.nu"] == 0.0
+    assert params["solver.method"] == "agd" and isinstance(params["solver.lr"], float)
+    metrics = harness.play(prep)
+    n = 569
+    assert 20000 <= metrics["data_points"] <= 20000 + n
+    assert metrics["data_points"] % n == 0 and metrics["grad_evals"] == metrics["data_points"]
+    at_zero = math.log(2) / params["model.loss_scale"]  # every loss ties at w = 0
+    assert abs(metrics["objective"] - at_zero) > 1e-4, metrics["objective"] - at_zero
+    assert metrics["dual_gap"] >= 0
