@@ -165,8 +165,12 @@ def x_values(curves: Curves, steps: np.ndarray, x: str) -> np.ndarray:
 
 
 def _draw(ax, grouped: dict[str, Curves], metric: str, x: str = "data_points") -> bool:
+    import matplotlib
+
     drawn = False
-    for algorithm in sorted(grouped):
+    # beyond ten algorithms the default cycle repeats its colours: twenty distinct ones
+    palette = matplotlib.colormaps["tab20"] if len(grouped) > 10 else None
+    for index, algorithm in enumerate(sorted(grouped)):
         steps, med, lo, hi = band(grouped[algorithm], metric)
         if steps.size == 0:
             continue
@@ -174,7 +178,8 @@ def _draw(ax, grouped: dict[str, Curves], metric: str, x: str = "data_points") -
         n_seeds = sum(metric in h for h in grouped[algorithm].runs.values())
         if metric in LOG_Y:  # a value <= 0 has no place on a log axis: leave a gap
             med, lo, hi = (np.where(v > 0, v, np.nan) for v in (med, lo, hi))
-        line, = ax.plot(steps, med, label=f"{algorithm} ({n_seeds} seeds)")
+        style = {} if palette is None else {"color": palette(index % 20)}
+        line, = ax.plot(steps, med, label=f"{algorithm} ({n_seeds} seeds)", **style)
         ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
         drawn = True
     if drawn and metric == "objective":
@@ -196,7 +201,9 @@ def _draw(ax, grouped: dict[str, Curves], metric: str, x: str = "data_points") -
         ax.set_xlabel(X_AXES[x])
         ax.set_ylabel(LABELS.get(metric, metric))
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        many = len(ax.get_legend_handles_labels()[0]) > 6
+        ax.legend(fontsize="x-small" if many else None, ncol=2 if many else 1,
+                  framealpha=0.6)
     return drawn
 
 
