@@ -245,7 +245,8 @@ def test_a_budget_below_the_setup_pass_and_a_contradicting_radius_are_refused():
     with pytest.raises(ConfigError,
                        match=r"spends 308 data points .* budget=100 .* at least 308"):
         harness.prepare(_cfg(budget=100, reference={"exact": "false"}))
-    with pytest.raises(ConfigError, match=r"problem\.ball=false .* problem\.radius=3\.0 contradict"):
+    with pytest.raises(ConfigError,
+                       match=r"problem\.ball=false .* problem\.radius=3\.0 contradict"):
         harness.prepare(_cfg(problem={"mu": 0.1, "ball": False, "radius": 3.0}))
 
 
