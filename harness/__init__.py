@@ -20,7 +20,7 @@ from harness.config import compose  # noqa: E402
 from harness.context import RunContext, RunView  # noqa: E402
 from harness.engine import Compiled  # noqa: E402
 from harness.game import GuardError  # noqa: E402
-from harness.params import ConfigBlock, ConfigError, Param, SetupError  # noqa: E402
+from harness.params import ConfigBlock, ConfigError, Param, RunSkipped, SetupError  # noqa: E402
 from harness.protocols import Draw, EuclideanProjection, Proposal  # noqa: E402
 from harness.registry import PluginError, Registry, make_plugin_manager  # noqa: E402
 
@@ -36,6 +36,7 @@ __all__ = [
     "Proposal",
     "Registry",
     "RunContext",
+    "RunSkipped",
     "RunView",
     "SetupError",
     "build",

@@ -21,7 +21,7 @@ from harness import state, stream
 from harness.context import RunContext, attach
 from harness.engine import forms as engine_forms
 from harness.game import Components, Game, checkpoint_rounds
-from harness.params import ConfigError, Param, check, validate
+from harness.params import ConfigError, Param, RunSkipped, check, validate
 from harness.problem import Problem
 from harness.protocols import refusal
 from harness.registry import CORE_KEYS, Registry, default_registry, make_plugin_manager
@@ -397,12 +397,17 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
             metrics = game.play()
             status = "FINISHED"
             state.discard(state_file)
+        except RunSkipped:
+            status = "SKIPPED"  # nothing has started: no run to end
+            raise
         except KeyboardInterrupt:
             status = "KILLED"
             raise
         finally:  # a first signal while the status is sent does not cut it short
             game.started = True
-            hook.on_run_end(context=context, status=status, metrics=game.state.last_metrics)
+            if status != "SKIPPED":
+                hook.on_run_end(context=context, status=status,
+                                metrics=game.state.last_metrics)
     return metrics
 
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from harness.api import Prepared, play, prepare
 from harness.config import config_dir, register_options, unknown_option
-from harness.params import ConfigError, SetupError
+from harness.params import ConfigError, RunSkipped, SetupError
 
 
 def _progress_bar(enabled: bool, total: int) -> Any:
@@ -98,6 +98,11 @@ def task(cfg: DictConfig) -> float | None:
     bar = _progress_bar(bool(cfg.get("progress", True)), prepared.horizon)
     try:
         metrics = play(prepared, None if bar is None else lambda t: bar.update(t - bar.n))
+    except RunSkipped as skipped:  # e.g. resume=true and the run already finished
+        if bar is not None:
+            bar.close()
+        print(f"minimax-bench: {skipped}")
+        return skipped.metrics.get("dual_gap")
     except (ConfigError, SetupError) as err:
         if bar is not None:
             bar.close()

@@ -104,7 +104,12 @@ def on_run_start(context: RunContext) -> None:
     parameters to be recorded (e.g. the exact optimum ``opt``, computed from
     the components in ``context.parts``) implements this hook with
     ``tryfirst=True``, so that trackers see them. On a resumed run
-    ``context.parts`` already holds the saved components."""
+    ``context.parts`` already holds the saved components.
+
+    A hook that finds the run need not be played raises ``harness.RunSkipped``
+    before anything has started (in a ``wrapper=True`` implementation, before
+    its ``yield``): the game is not played, ``on_run_end`` is not called,
+    ``harness.play`` re-raises it and the command prints it and exits 0."""
 
 
 @hookspec

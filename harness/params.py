@@ -27,6 +27,17 @@ class SetupError(RuntimeError):
     before the first round."""
 
 
+class RunSkipped(Exception):
+    """Raised by an ``on_run_start`` hook before anything has started (a
+    ``wrapper=True`` implementation, before its ``yield``): this run need not be
+    played, e.g. a tracker holds a finished run of the same config and seed.
+    ``metrics``: that run's final metrics, if known."""
+
+    def __init__(self, message: str, metrics: Mapping[str, float] | None = None) -> None:
+        super().__init__(message)
+        self.metrics = dict(metrics or {})
+
+
 _TYPE_WORDS = {int: "an int", float: "a float", str: "a str", bool: "a bool"}
 
 

@@ -12,6 +12,7 @@ import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
+from plugins.lib.steps import scale_param, scaled_step
 
 
 def dpp_marginals(log_w: np.ndarray, k: int) -> np.ndarray:
@@ -328,6 +329,7 @@ class AdaCVaR:
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt((n/k) log(n/k) / T) (authors), "
                          "k gamma / n (all_rows)"),
+        "eta_scale": scale_param("eta"),
         "gamma": Param(float, low=0.0, high=1.0, high_open=True, nullable=True,
                        doc="uniform mixing; None: 0 (authors), sqrt(n log(n/k) / (k T)) "
                            "at most 1/2 (all_rows)"),
@@ -342,9 +344,11 @@ class AdaCVaR:
         """Draws of k distinct rows (every row cap at most 1/k: the k-set, the simplex)."""
         return needs_sets_of_k_rows(constraint)
 
-    def __init__(self, variant="authors", eta=None, gamma=None, eps=0.0, batch_size=1) -> None:
+    def __init__(self, variant="authors", eta=None, gamma=None, eps=0.0, batch_size=1,
+                 eta_scale=1.0) -> None:
         self.variant = variant
         self.eta = eta
+        self.eta_scale = eta_scale
         self.gamma = gamma
         self.eps = eps
         self.batch_size = batch_size
@@ -365,12 +369,12 @@ class AdaCVaR:
         ratio = math.log(n / k) if n > k else 0.0
         if self.variant == "authors":
             self.gamma_ = self.gamma if self.gamma is not None else 0.0
-            self.eta_ = self.eta if self.eta is not None else (
-                math.sqrt((n / k) * ratio / horizon) if ratio > 0 else 1.0)
+            default = math.sqrt((n / k) * ratio / horizon) if ratio > 0 else 1.0
         else:
             self.gamma_ = self.gamma if self.gamma is not None else min(
                 0.5, math.sqrt(n * ratio / (k * horizon)))
-            self.eta_ = self.eta if self.eta is not None else k * self.gamma_ / n
+            default = k * self.gamma_ / n
+        self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale, default)
         self.log_w_ = np.zeros(n)
         self.nu_ = -np.inf
         self.batch_weights_ = np.full(k, 1.0 / k)

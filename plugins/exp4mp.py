@@ -21,6 +21,7 @@ from plugins.lib.capped import (
     kl_projection_row_caps,
     needs_row_caps,
 )
+from plugins.lib.steps import scale_param, scaled_step
 
 
 class Exp4MP:
@@ -89,6 +90,7 @@ class Exp4MP:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: k gamma / (2n)"),
+        "eta_scale": scale_param("eta"),
         "gamma": Param(float, low=0.0, high=1.0, low_open=True, high_open=True, nullable=True,
                        doc="uniform mixing; None: sqrt(n log(n/k) / (k T))"),
         "c": Param(float, low=0.0, nullable=True,
@@ -105,8 +107,10 @@ class Exp4MP:
         """A capped simplex (``row_caps()`` not None): the k-set, the simplex, an alpha-set."""
         return needs_row_caps(constraint)
 
-    def __init__(self, eta=None, gamma=None, c=None, delta=0.05, confidence="all") -> None:
+    def __init__(self, eta=None, gamma=None, c=None, delta=0.05, confidence="all",
+                 eta_scale=1.0) -> None:
         self.eta = eta
+        self.eta_scale = eta_scale
         self.gamma = gamma
         self.c = c
         self.delta = delta
@@ -130,7 +134,7 @@ class Exp4MP:
                     "Raise the budget or set p_player.gamma."
                 )
         self.gamma_ = gamma
-        self.eta_ = self.eta if self.eta is not None else k * gamma / (2 * n)
+        self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale, k * gamma / (2 * n))
         self.c_ = self.c if self.c is not None else math.sqrt(k * math.log(n / self.delta))
         self.conf_ = self.c_ / math.sqrt(n * T)
         caps = constraint.row_caps()  # th:EXP4.MP is proven on S_{n,k} only

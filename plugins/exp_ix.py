@@ -13,6 +13,7 @@ from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
 from plugins.lib.draws import pairwise_sum
+from plugins.lib.steps import scale_param, scaled_step
 
 
 class Exp3IX:
@@ -25,7 +26,9 @@ class Exp3IX:
     ``L_hat = (1 - L_{i_t}) / (p_{t,i_t} + gamma)`` on ``i_t`` only, and
     ``log w_{i_t} -= eta L_hat``; log-weights rebased to max 0.
 
-    Defaults (Theorem 3.1, ``th:shalev``): ``eta = 2 gamma = sqrt(2 log n / (n T))``.
+    Defaults (Theorem 3.1, ``th:shalev``): ``eta = 2 gamma = sqrt(2 log n / (n T))``;
+    ``eta_scale`` multiplies that eta (``plugins.lib.steps``), and gamma's
+    default ``eta / 2`` follows the scaled eta.
 
     Regret bound (``regret_bound``), in game units (the simplex: ``<L, a>`` with
     ``a = e_i``, the units of the dual gap). Neu (2015)'s proof of his Theorem 1,
@@ -53,6 +56,7 @@ class Exp3IX:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(2 log n / (n T))"),
+        "eta_scale": scale_param("eta"),
         "gamma": Param(float, low=0.0, high=1.0, nullable=True,
                        doc="implicit exploration; None: eta / 2; 0: no exploration "
                            "(unbiased estimate, no high-probability bound)"),
@@ -68,8 +72,9 @@ class Exp3IX:
                     f"k = {constraint.k}")
         return needs_sets_of_k_rows(constraint)
 
-    def __init__(self, eta=None, gamma=None, delta=0.05) -> None:
+    def __init__(self, eta=None, gamma=None, delta=0.05, eta_scale=1.0) -> None:
         self.eta = eta
+        self.eta_scale = eta_scale
         self.gamma = gamma
         self.delta = delta
 
@@ -79,8 +84,8 @@ class Exp3IX:
     def setup(self, constraint, horizon: int) -> dict[str, float]:
         n = constraint.n
         self.constraint_ = constraint
-        self.eta_ = self.eta if self.eta is not None else math.sqrt(
-            2 * math.log(n) / (n * horizon)) if n > 1 else 1.0
+        theory = math.sqrt(2 * math.log(n) / (n * horizon)) if n > 1 else 1.0
+        self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale, theory)
         self.gamma_ = self.gamma if self.gamma is not None else self.eta_ / 2
         self.log_w_ = np.zeros(n)
         self.p_ = np.full(n, 1.0 / n)

@@ -20,6 +20,7 @@ from plugins.lib.capped import (
     needs_sets_of_k_rows,
 )
 from plugins.lib.kset_tree import CappedWeightTree, tree_ix_step, tree_sample
+from plugins.lib.steps import scale_param, scaled_step
 
 
 class ExpIXM:
@@ -80,6 +81,7 @@ class ExpIXM:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(k (log(n/k) + log(n/delta)) / (n T))"),
+        "eta_scale": scale_param("eta"),
         "gamma": Param(float, low=0.0, high=1.0, nullable=True,
                        doc="implicit exploration; None: eta / 2; 0: no exploration "
                            "(unbiased estimate, no high-probability bound)"),
@@ -95,8 +97,9 @@ class ExpIXM:
         """Draws of k distinct rows (every row cap at most 1/k: the k-set, the simplex)."""
         return needs_sets_of_k_rows(constraint)
 
-    def __init__(self, eta=None, gamma=None, delta=0.05, state="auto") -> None:
+    def __init__(self, eta=None, gamma=None, delta=0.05, state="auto", eta_scale=1.0) -> None:
         self.eta = eta
+        self.eta_scale = eta_scale
         self.gamma = gamma
         self.delta = delta
         self.state = state
@@ -120,7 +123,8 @@ class ExpIXM:
             )
         self.state_ = state
         width = math.log(n / k) + math.log(n / self.delta)
-        self.eta_ = self.eta if self.eta is not None else math.sqrt(k * width / (n * T))
+        self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale,
+                                math.sqrt(k * width / (n * T)))
         self.gamma_ = self.gamma if self.gamma is not None else self.eta_ / 2
         if state == "tree":
             self.tree_ = CappedWeightTree(n, k)

@@ -13,6 +13,7 @@ import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_project
+from plugins.lib.steps import scale_param, scaled_step
 
 
 class FTRL:
@@ -52,6 +53,7 @@ class FTRL:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="step size; None: sqrt(log(n/k) / T)"),
+        "eta_scale": scale_param("eta"),
     }
 
     @classmethod
@@ -59,8 +61,9 @@ class FTRL:
         """Any set with a KL projection (every constraint set has one)."""
         return None
 
-    def __init__(self, eta=None) -> None:
+    def __init__(self, eta=None, eta_scale=1.0) -> None:
         self.eta = eta
+        self.eta_scale = eta_scale
 
     def rows_per_round(self, constraint) -> int:
         return constraint.n
@@ -69,8 +72,8 @@ class FTRL:
         n = constraint.n
         self.constraint_ = constraint
         self.log_ratio_ = log_ratio = self.entropy_range(constraint)
-        self.eta_ = self.eta if self.eta is not None else (
-            math.sqrt(log_ratio / horizon) if log_ratio > 0 else 1.0)
+        theory = math.sqrt(log_ratio / horizon) if log_ratio > 0 else 1.0
+        self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale, theory)
         self.log_w_ = np.zeros(n)
         self.rows_ = np.arange(n)
         self.p_ = constraint.project(self.log_w_, 0.0, log_domain=True)

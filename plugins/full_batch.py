@@ -4,10 +4,11 @@ gradient evaluations.
 
 * ``agd`` (the default with a ball or with ``nu = 0``): Nesterov's accelerated
   projected gradient (FISTA, Beck and Teboulle 2009) with the constant step
-  ``lr = 1/L_F``, one gradient at the extrapolated point ``y`` per iteration
-  (no function values), projection onto the ball, and O'Donoghue and Candes's
-  (2015) gradient restart: the momentum is reset (``t = 1``, ``y = x``) when
-  ``<grad at y_k, x_{k+1} - x_k> > 0``, which costs nothing more.
+  ``lr = 1/L_F`` (times ``lr_scale``), one gradient at the extrapolated point
+  ``y`` per iteration (no function values), projection onto the ball, and
+  O'Donoghue and Candes's (2015) gradient restart: the momentum is reset (``t =
+  1``, ``y = x``) when ``<grad at y_k, x_{k+1} - x_k> > 0``, which costs
+  nothing more.
 
   *The constant.* ``F = phi(L(w)) + (mu/2)||w||^2`` with ``phi(l) = max_{q in
   K} <l, q> - (nu n/2)||q - 1/n||^2``, whose gradient ``q(l) = proj_K(1/n +
@@ -56,8 +57,8 @@ gradient evaluations.
   sizes, and no call overshoots ``until`` by more than one evaluation.
 
 ``setup`` logs ``lr`` (agd: the constant step in use; lbfgs: the first step
-along ``-grad``, nan when it is ``1/||grad||``), ``lipschitz`` (agd: the bound
-``L_F``, or ``1/lr`` for a model without one; lbfgs: inf, none is used),
+along ``-grad``, nan when it is ``lr_scale/||grad||``), ``lipschitz`` (agd: the
+bound ``L_F``, or ``1/lr`` for a model without one; lbfgs: inf, none is used),
 ``smoothing`` (``nu_s``; 0 when ``nu > 0`` or with lbfgs), ``method`` and
 ``memory``.
 
@@ -77,6 +78,7 @@ import harness
 from harness import ConfigError, Param, stream
 from harness.protocols import EuclideanProjection
 from plugins.lib.spectral import MODEL_KINDS, row_smoothness
+from plugins.lib.steps import check_scale, scale_param, scaled_step
 
 #: Armijo's sufficient-decrease constant and the most halvings of one line search
 ARMIJO_C1 = 1e-4
@@ -116,21 +118,24 @@ class FullBatch:
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
                     doc="agd: the constant step (None: 1/L_F, L_F <= L_row + G^2/nu + mu); "
                         "lbfgs: the first step along -grad (None: 1/||grad||)"),
+        "lr_scale": scale_param("lr"),
         "smoothing": Param(float, low=0.0, low_open=True, nullable=True,
                            doc="agd with nu = 0: the chi-square smoothing nu_s (None: "
                                "2 G B / (T sqrt(n c_max)), T = budget // n)"),
     }
 
     def __init__(self, method: str = "auto", memory: int = 10, lr: float | None = None,
-                 smoothing: float | None = None) -> None:
+                 smoothing: float | None = None, lr_scale: float = 1.0) -> None:
         self.method = method
         self.memory = memory
         self.lr = lr
+        self.lr_scale = lr_scale
         self.smoothing = smoothing
 
     # -- life cycle -------------------------------------------------------------
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
+        check_scale(self.name, "lr", self.lr, self.lr_scale)
         unbounded = math.isinf(problem.radius)
         method = self.method
         if method == "auto":
@@ -213,7 +218,7 @@ class FullBatch:
             lipschitz = row_smoothness(problem.model, problem.X) + G * G / nu_eff + problem.mu
         else:  # lr given: no bound to report but the one the step assumes
             lipschitz = 1.0 / float(self.lr)
-        self.lr_ = float(self.lr) if self.lr is not None else 1.0 / lipschitz
+        self.lr_ = scaled_step(self.name, "lr", self.lr, self.lr_scale, 1.0 / lipschitz)
         self.lipschitz_ = lipschitz
         self.smoothing_ = nu_s
         self.y_ = self.w.copy()  # the extrapolated point
@@ -304,11 +309,12 @@ class FullBatch:
     def _direction(self) -> np.ndarray:
         """``-H g`` by the two-loop recursion (Nocedal and Wright, Algorithm 7.4)
         with ``H_0 = (s.y / y.y) I``; without pairs, ``-g`` scaled by ``lr`` or
-        ``1/||g||`` (a first step of length one)."""
+        ``lr_scale / ||g||`` (a first step of length ``lr_scale``)."""
         g = self.g_
         kept = min(self.pairs_, self.memory)
         if kept == 0:
-            scale = self.lr if self.lr is not None else 1.0 / max(math.sqrt(float(g @ g)), 1e-300)
+            scale = self.lr if self.lr is not None else (
+                self.lr_scale / max(math.sqrt(float(g @ g)), 1e-300))
             return -scale * g
         order = [(self.pairs_ - 1 - i) % self.memory for i in range(kept)]  # newest first
         r = g.copy()

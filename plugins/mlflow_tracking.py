@@ -2,8 +2,11 @@
 
 Config (``tracking`` in ``conf/config.yaml``): ``enabled``, ``uri`` (default
 ``sqlite:///mlflow.db`` in the working directory, or ``$MLFLOW_TRACKING_URI``),
-``experiment``, ``run_name``. Metrics are logged in one batch per checkpoint
-with ``step`` = data points processed. mlflow is imported only here, and only
+``experiment``, ``run_name`` (None: ``<algorithm>-<dataset>-k<k>-s<seed>``).
+Metrics are logged in one batch per checkpoint with ``step`` = data points
+processed. Every experiment it creates or files runs in is tagged a
+model-training experiment (``mlflow.experimentKind``: MLflow 3's UI opens an
+experiment without a kind on its GenAI overview). mlflow is imported only here, and only
 when tracking is enabled, at the tracker's run start (the import and the
 store cost one to two seconds); the early check of a tracking server needs
 no mlflow.
@@ -20,7 +23,15 @@ and writes their ids to ``<sweep dir>/sweep.json``; every job (in any
 launcher's process or on any cluster node sharing the file system) files
 its run under them (``sweep_record``, read at run start). Jobs that each
 called ``set_experiment`` would race and could drop runs into the Default
-experiment.
+experiment. The parent run is named after the sweep's preset or its swept
+overrides (``sweep_name``).
+
+Every run is tagged ``config_key``, the key of its game's resolved
+parameters (seed included; the key of its saved state, ``harness.state``).
+With ``resume=true``, a run whose experiment already holds a FINISHED run of
+that key is not played again: the tracker raises ``AlreadyFinished`` before
+any other plugin starts (an unfinished run's saved state is resumed as
+before).
 
 The command's end-of-run summary gains the run's id, its store and how to
 open it; an interrupted run's notice says that the run is marked KILLED.
@@ -34,18 +45,25 @@ import os
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 
 import harness
-from harness import ConfigError, Param
+from harness import ConfigError, Param, state
 from harness.params import validate
 
 SWEEP_FILE = "sweep.json"
+#: the run tag holding the key of the run's resolved parameters (``harness.state.key``)
+CONFIG_KEY_TAG = "config_key"
+#: MLflow 3's experiment kind: a model-training experiment, not a GenAI one
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+#: the longest preset-or-overrides part of a sweep's parent run name
+_MAX_SWEEP_LABEL = 100
 
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -59,8 +77,23 @@ PARAMS: dict[str, Param] = {
     "enabled": Param(bool, default=True, doc="log the run to MLflow"),
     "uri": Param(str, nullable=True, doc="tracking URI; None: MLflow's default"),
     "experiment": Param(str, default="minimax-bench", nullable=True, doc="experiment name"),
-    "run_name": Param(str, nullable=True, doc="run name; None: MLflow's"),
+    "run_name": Param(str, nullable=True,
+                      doc="run name; None: <algorithm>-<dataset>-k<k>-s<seed>"),
 }
+
+
+class AlreadyFinished(harness.RunSkipped):
+    """``resume=true`` found a FINISHED run of this config and seed: the run is not
+    played again. ``run_id``, ``experiment_id``, ``uri``: where it is;
+    ``metrics``: its final metrics."""
+
+    def __init__(self, run_id: str, experiment_id: str, uri: str,
+                 metrics: Mapping[str, float]) -> None:
+        super().__init__(f"this config and seed already finished as MLflow run {run_id} "
+                         f"(experiment id {experiment_id}) in {uri}; it is not run again "
+                         "(without resume=true it is run as a new run).")
+        self.run_id, self.experiment_id, self.uri = run_id, experiment_id, uri
+        self.metrics = dict(metrics)
 
 
 @harness.hookimpl
@@ -81,16 +114,41 @@ def _settings(context) -> dict[str, Any] | None:
 
 
 def _experiment_id(client, name: str) -> str:
+    """The id of experiment ``name``, created if missing; either way marked a
+    model-training experiment (an existing one's own kind is kept)."""
+    tag, kind = EXPERIMENT_KIND
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return client.create_experiment(name)
-    except Exception:  # created concurrently by another job
+    if found is None:
+        try:
+            return client.create_experiment(name, tags={tag: kind})
+        except Exception:  # created concurrently by another job
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if tag not in found.tags:
+        client.set_experiment_tag(found.experiment_id, tag, kind)
+    return found.experiment_id
+
+
+def _run_experiment(client, name: str, *, create: bool = True) -> tuple[str | None, str | None]:
+    """The experiment id a run files under, and its sweep's parent run id (None
+    outside a sweep): the sweep's (``sweep_record``), else ``name``'s (None if
+    it does not exist and ``create`` is false)."""
+    sweep = sweep_record().get("mlflow")
+    if sweep and sweep["uri"] == client.tracking_uri and sweep["experiment"] == name:
+        return sweep["experiment_id"], sweep["parent_run_id"]
+    if not create:
         found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+        return (None if found is None else found.experiment_id), None
+    return _experiment_id(client, name), None
+
+
+def run_name(context) -> str:
+    """``<algorithm>-<dataset>-k<k>-s<seed>``: the p-player of the game (or the
+    whole-algorithm solver), the data set, the set's k and the seed."""
+    tags = context.tags
+    return (f"{tags['algorithm']}-{tags['dataset']}-k{context.parts.constraint.k}"
+            f"-s{tags['seed']}")
 
 
 def _client(uri: str | None):
@@ -170,11 +228,37 @@ def _probe(uri: str | None) -> None:
 def check_before_start(context):
     """Runs before every other ``on_run_start`` (the OPT solve included): a bad
     ``tracking`` block or an unreachable server stops the run before anything
-    is computed."""
+    is computed, and so does a FINISHED run of the same config when resuming
+    (``AlreadyFinished``)."""
     settings = _settings(context)
     if settings is not None:
         _probe(_resolved_uri(settings.get("uri") or None))
+        # the game's own parameters, before plugins add theirs at run start:
+        # the same key as its saved state's
+        context.state[CONFIG_KEY_TAG] = state.key(context.params)
+        if context.config.get("resume") and context.parts.resumed_from is None:
+            with _gc_paused():  # mlflow and its store are imported here
+                _refuse_finished(context, settings)
     return (yield)
+
+
+def _refuse_finished(context, settings: dict[str, Any]) -> None:
+    """Raise ``AlreadyFinished`` if the run's experiment holds a FINISHED run
+    tagged with this run's config key."""
+    client = _client(settings.get("uri") or None)
+    experiment_id, _ = _run_experiment(client, settings.get("experiment") or "minimax-bench",
+                                       create=False)
+    if experiment_id is None:
+        return
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=(f"tags.{CONFIG_KEY_TAG} = '{context.state[CONFIG_KEY_TAG]}' "
+                       "and attributes.status = 'FINISHED'"),
+        order_by=["attributes.start_time DESC"], max_results=1)
+    if found:
+        run = found[0]
+        raise AlreadyFinished(run.info.run_id, experiment_id, client.tracking_uri,
+                              run.data.metrics)
 
 
 @harness.hookimpl
@@ -205,13 +289,13 @@ def _start(context, settings: dict[str, Any]) -> None:
         handle["logged_through"] = max([last] + [r["step"] for r in handle["pending"]])
         return
     tags = dict(context.tags)
-    sweep = sweep_record().get("mlflow")
-    if sweep and sweep["uri"] == client.tracking_uri and sweep["experiment"] == name:
-        experiment_id = sweep["experiment_id"]
-        tags["mlflow.parentRunId"] = sweep["parent_run_id"]
-    else:
-        experiment_id = _experiment_id(client, name)
-    run = client.create_run(experiment_id, tags=tags, run_name=settings.get("run_name") or None)
+    if CONFIG_KEY_TAG in context.state:
+        tags[CONFIG_KEY_TAG] = context.state[CONFIG_KEY_TAG]
+    experiment_id, parent_run_id = _run_experiment(client, name)
+    if parent_run_id is not None:
+        tags["mlflow.parentRunId"] = parent_run_id
+    run = client.create_run(experiment_id, tags=tags,
+                            run_name=settings.get("run_name") or run_name(context))
     run_id = run.info.run_id
     ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
     context.state["mlflow"] = {**ids, "client": client, "pending": []}
@@ -384,6 +468,65 @@ def summary_lines(context, status: str, metrics: Mapping[str, Any]):
     return [("MLflow run", f"{run_id} (experiment id {experiment_id}) in {uri}"), ("", where)]
 
 
+def sweep_name(config, now: datetime | None = None) -> str:
+    """A sweep's parent run name: ``sweep <preset> <date time>`` for a preset
+    (``experiment=problems``), with the overrides swept on the command line
+    after it; else ``sweep <swept overrides> <date time>`` (``sweep
+    p_player=exp4mp,ftrl seed=0,1 ...``); else the overrides given. The label
+    is cut to about 100 characters (``+N more``); the tag ``overrides`` keeps
+    them all."""
+    hc = config.hydra
+    task = [str(o) for o in hc.overrides.task]
+    swept, fixed = _split_swept(task)
+    choices = hc.get("runtime", {}).get("choices", {}) or {}
+    preset = choices.get("experiment") or next(
+        (o.split("=", 1)[1] for o in task if o.lstrip("+~").startswith("experiment=")), None)
+    if preset:
+        words = [str(preset)] + [o for o in swept if not o.lstrip("+~").startswith("experiment=")]
+    else:
+        params = hc.get("sweeper", {}).get("params") or {}
+        given = {o.lstrip("+~").split("=", 1)[0] for o in swept}
+        words = swept + [f"{k}={v}" for k, v in params.items() if k not in given]
+        words = words or [o for o in fixed if not o.lstrip("+~").startswith("tracking.")]
+    stamp = (now or datetime.now()).strftime("%Y-%m-%d %H:%M")
+    return " ".join(["sweep", *_cut(words, _MAX_SWEEP_LABEL), stamp])
+
+
+def _split_swept(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """The overrides that sweep (``seed=0,1``, ``range(...)``, ...) and the others."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        flags = [o.is_sweep_override() for o in parsed]
+    except Exception:  # noqa: BLE001 - a name is no reason to fail a sweep
+        flags = ["," in o.split("=", 1)[-1] for o in overrides]
+    return ([o for o, f in zip(overrides, flags, strict=True) if f],
+            [o for o, f in zip(overrides, flags, strict=True) if not f])
+
+
+def _cut(words: Iterable[str], limit: int) -> list[str]:
+    """As many of ``words`` as fit in ``limit`` characters (each cut to half of
+    it), then ``+N more``."""
+    words = [w if len(w) <= limit // 2 else w[:limit // 2 - 1] + "…" for w in words]
+    kept: list[str] = []
+    for word in words:
+        if sum(len(w) + 1 for w in kept) + len(word) > limit:
+            return kept + [f"+{len(words) - len(kept)} more"]
+        kept.append(word)
+    return kept
+
+
+def sweep_key(overrides: Iterable[str]) -> str:
+    """What identifies a sweep across relaunches: a hash of its command-line
+    overrides without ``resume=...`` (a relaunch with ``resume=true`` finishes
+    the sweep it names, under the same parent run)."""
+    import hashlib
+
+    kept = sorted(o for o in overrides if not o.lstrip("+~").startswith("resume="))
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+
+
 class SweepCallback(Callback):
     """Hydra callback: one MLflow experiment and parent run per multirun, made
     before any job starts (``hydra.callbacks`` in ``conf/config.yaml``)."""
@@ -399,17 +542,27 @@ class SweepCallback(Callback):
         experiment_id = _experiment_id(client, name)
         sweep_dir = Path(config.hydra.sweep.dir)
         overrides = " ".join(config.hydra.overrides.task)
-        parent = client.create_run(
-            experiment_id,
-            tags={"minimax_bench_sweep": "1", "sweep_dir": str(sweep_dir.resolve()),
-                  "overrides": overrides[:5000],
-                  "minimax_bench_version": harness.package_version()},
-            run_name=f"sweep {sweep_dir.name}",
-        )
+        key = sweep_key(config.hydra.overrides.task)
+        parent_id = None
+        if config.get("resume"):  # the sweep it finishes keeps one parent: its runs stay together
+            found = client.search_runs(
+                [experiment_id], filter_string=f"tags.minimax_bench_sweep_key = '{key}'",
+                order_by=["attributes.start_time DESC"], max_results=1)
+            if found:
+                parent_id = found[0].info.run_id
+                client.update_run(parent_id, status="RUNNING")
+        if parent_id is None:
+            parent_id = client.create_run(
+                experiment_id,
+                tags={"minimax_bench_sweep": "1", "sweep_dir": str(sweep_dir.resolve()),
+                      "overrides": overrides[:5000], "minimax_bench_sweep_key": key,
+                      "minimax_bench_version": harness.package_version()},
+                run_name=sweep_name(config),
+            ).info.run_id
         sweep_dir.mkdir(parents=True, exist_ok=True)
         record = {"mlflow": {"uri": client.tracking_uri, "experiment": name,
                              "experiment_id": experiment_id,
-                             "parent_run_id": parent.info.run_id}}
+                             "parent_run_id": parent_id}}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(record, indent=2))
 
     def on_multirun_end(self, config, **kwargs: Any) -> None:

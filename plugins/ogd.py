@@ -11,6 +11,7 @@ from numba import njit
 import harness
 from harness import Param
 from harness.engine import Compiled, replaces
+from plugins.lib.steps import scale_param, scaled_step
 
 
 class OGD:
@@ -18,7 +19,8 @@ class OGD:
     parameters, bias included.
 
     Default step ``radius * sqrt(2 / T)`` (paper, Appendix E, subsections
-    OL-EXP.4M and OL-FTRL).
+    OL-EXP.4M and OL-FTRL), or the paired p-player's ``suggest_w_lr``;
+    ``lr_scale`` multiplies it (``plugins.lib.steps``).
 
     Regret bound (``regret_bound``): with ``w_1 = 0``, the step ``s`` in use and
     gradients of norm at most ``G`` (the model's per-example bound, which bounds
@@ -35,22 +37,24 @@ class OGD:
     params: ClassVar[dict[str, Param]] = {
         "radius": Param(float, default=1.0, low=0.0, low_open=True, doc="radius B of W"),
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
-                    doc="step size; None: radius * sqrt(2 / T)"),
+                    doc="step size; None: radius * sqrt(2 / T), or the p-player's "
+                        "suggestion (S-AFL)"),
+        "lr_scale": scale_param("lr"),
     }
 
-    def __init__(self, radius: float = 1.0, lr: float | None = None) -> None:
+    def __init__(self, radius: float = 1.0, lr: float | None = None,
+                 lr_scale: float = 1.0) -> None:
         self.radius = radius
         self.lr = lr
+        self.lr_scale = lr_scale
 
     def setup(self, dim: int, horizon: int, grad_bound: float,
               lr_hint: float | None = None) -> dict[str, float]:
-        """``lr_hint``: the paired p-player's step rule (e.g. S-AFL's), used when ``lr`` is None."""
-        if self.lr is not None:
-            self.lr_ = self.lr
-        elif lr_hint is not None:
-            self.lr_ = lr_hint
-        else:
-            self.lr_ = self.radius * math.sqrt(2.0 / horizon)
+        """``lr_hint``: the paired p-player's step rule (e.g. S-AFL's), the
+        default in place of ``radius * sqrt(2 / T)``; ``lr_scale`` multiplies
+        whichever default is used."""
+        default = lr_hint if lr_hint is not None else self.radius * math.sqrt(2.0 / horizon)
+        self.lr_ = scaled_step(self.name, "lr", self.lr, self.lr_scale, default)
         self.grad_bound_ = grad_bound
         self.w_ = np.zeros(dim)
         self.w_sum_ = np.zeros(dim)

@@ -26,6 +26,7 @@ import harness
 from harness import Compiled, Param, Proposal
 from plugins.lib.capped import needs_row_caps
 from plugins.lib.draws import choice, pairwise_sum
+from plugins.lib.steps import scale_param, scaled_step
 
 #: the constraint sets whose ``lmo`` the compiled kernels call back, by token
 _SETS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -49,8 +50,8 @@ class TruncatedCVaR:
     Step sizes: the w-player's own rule (OGD: ``B sqrt(2/T)``, the paper's
     Appendix E.1-E.2 rate; set ``w_player.lr`` to override) and, for ``tau``,
     the same rule on its interval: ``sqrt(2/T)`` with radius 1 (``tau_lr``
-    overrides). ``T = budget / b``; ``b`` defaults to k, so data points per
-    round match the bandits'.
+    overrides; ``tau_lr_scale`` multiplies the default). ``T = budget / b``;
+    ``b`` defaults to k, so data points per round match the bandits'.
 
     ``p_t`` and the action ``a_t`` (a point of K, for the membership check and
     the dual gap): the oracle's answer ``argmax_{p in K} <L~, p>`` on the table
@@ -69,6 +70,7 @@ class TruncatedCVaR:
                             doc="rows per round b; None: the constraint set's k"),
         "tau_lr": Param(float, low=0.0, low_open=True, nullable=True,
                         doc="step of the threshold tau; None: sqrt(2 / T)"),
+        "tau_lr_scale": scale_param("tau_lr"),
     }
 
     @classmethod
@@ -76,9 +78,10 @@ class TruncatedCVaR:
         """A capped simplex (``row_caps()`` not None), as its Rockafellar-Uryasev form needs."""
         return needs_row_caps(constraint)
 
-    def __init__(self, batch_size=None, tau_lr=None) -> None:
+    def __init__(self, batch_size=None, tau_lr=None, tau_lr_scale=1.0) -> None:
         self.batch_size = batch_size
         self.tau_lr = tau_lr
+        self.tau_lr_scale = tau_lr_scale
 
     def rows_per_round(self, constraint) -> int:
         b = self.batch_size if self.batch_size is not None else constraint.k
@@ -92,7 +95,8 @@ class TruncatedCVaR:
         n = constraint.n
         self.constraint_ = constraint
         self.b_ = self.rows_per_round(constraint)
-        self.tau_lr_ = self.tau_lr if self.tau_lr is not None else math.sqrt(2.0 / horizon)
+        self.tau_lr_ = scaled_step(self.name, "tau_lr", self.tau_lr, self.tau_lr_scale,
+                                   math.sqrt(2.0 / horizon))
         # v_i = (n / b) c_i: the batch weight of a row above the threshold
         self.scale_ = (n / self.b_) * self.caps(constraint)
         self.tau_ = 0.0
@@ -268,8 +272,9 @@ class SoftCVaR(TruncatedCVaR):
                       doc="largest objective cost of the smoothing (sets T when T is None)"),
     }
 
-    def __init__(self, batch_size=None, tau_lr=None, temperature=None, bias=1e-3) -> None:
-        super().__init__(batch_size, tau_lr)
+    def __init__(self, batch_size=None, tau_lr=None, temperature=None, bias=1e-3,
+                 tau_lr_scale=1.0) -> None:
+        super().__init__(batch_size, tau_lr, tau_lr_scale)
         self.temperature = temperature
         self.bias = bias
 

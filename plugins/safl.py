@@ -19,6 +19,7 @@ from plugins.lib.capped import (
     sorted_breakpoint_threshold,
 )
 from plugins.lib.draws import choice
+from plugins.lib.steps import scale_param, scaled_step
 
 
 class StochasticAFL:
@@ -62,6 +63,7 @@ class StochasticAFL:
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
                      doc="lambda step size; None: Appendix E, subsection S-AFL"),
+        "eta_scale": scale_param("eta"),
     }
 
     @classmethod
@@ -73,8 +75,9 @@ class StochasticAFL:
                     "(harness.EuclideanProjection)")
         return None
 
-    def __init__(self, eta=None) -> None:
+    def __init__(self, eta=None, eta_scale=1.0) -> None:
         self.eta = eta
+        self.eta_scale = eta_scale
 
     def rows_per_round(self, constraint) -> int:
         return 2 * constraint.k
@@ -89,15 +92,16 @@ class StochasticAFL:
         self.constraint_ = constraint
         self.horizon_ = horizon
         self.lambda_variance_ = n * n / k + n
-        self.eta_ = self.eta if self.eta is not None else 2.0 / math.sqrt(
-            horizon * self.lambda_variance_)
+        self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale,
+                                2.0 / math.sqrt(horizon * self.lambda_variance_))
         self.lam_ = np.full(n, 1.0 / n)
         self.all_rows_ = np.arange(n)
         self.zeros_ = np.zeros(k)  # the lambda sample's rows have no batch weight
         return {"eta": self.eta_}
 
     def suggest_w_lr(self, radius: float, grad_bound: float, horizon: int) -> float:
-        """Appendix E's (subsection S-AFL) w-player step ``2 R_W / sqrt(T (sigma_w^2 + G_w^2))``."""
+        """Appendix E's (subsection S-AFL) w-player step ``2 R_W / sqrt(T (sigma_w^2 + G_w^2))``
+        (the w-player's ``lr_scale`` multiplies it)."""
         return 2.0 * radius / math.sqrt(horizon * 5.0 * grad_bound * grad_bound)
 
     @property

@@ -31,8 +31,9 @@ from numba import njit
 
 import harness
 from harness import Param
-from plugins.lib.row_solver import RowSolver
+from plugins.lib.row_solver import LR_SCALE_PARAM, RowSolver
 from plugins.lib.spectral import project_ball_inplace, row_data, row_loss_grad
+from plugins.lib.steps import scale_param, scaled_step
 
 
 class SGD(RowSolver):
@@ -66,7 +67,8 @@ class SGD(RowSolver):
     the smoothed max, which the squared error leaves unbounded. The default
     does not depend on the batch. With a constant step SGD only reaches a
     neighbourhood of the optimum of size O(lr); lower the step (or average)
-    for a tighter one. ``tau_lr`` defaults to ``lr``.
+    for a tighter one. ``tau_lr`` defaults to ``lr`` (the step in use, scaled
+    by ``lr_scale``); ``tau_lr_scale`` multiplies that default.
 
     Counters: no set-up cost; each step b data points and b gradient
     evaluations. No dual iterate (``q`` is None).
@@ -77,8 +79,10 @@ class SGD(RowSolver):
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
                     doc="constant step of w; None: as lr of prospect and lsvrg "
                         "(plugins.lib.row_solver)"),
+        "lr_scale": LR_SCALE_PARAM,
         "tau_lr": Param(float, low=0.0, low_open=True, nullable=True,
                         doc="constant step of the threshold tau; None: lr"),
+        "tau_lr_scale": scale_param("tau_lr"),
         "batch": Param(int, default=1, low=1, doc="rows per step b, drawn with replacement"),
         "average": Param(bool, default=False,
                          doc="report the running average of the iterates (Polyak)"),
@@ -88,16 +92,19 @@ class SGD(RowSolver):
     q = None
 
     def __init__(self, lr: float | None = None, tau_lr: float | None = None, batch: int = 1,
-                 average: bool = False) -> None:
+                 average: bool = False, lr_scale: float = 1.0,
+                 tau_lr_scale: float = 1.0) -> None:
         self.lr = lr
+        self.lr_scale = lr_scale
         self.tau_lr = tau_lr
+        self.tau_lr_scale = tau_lr_scale
         self.batch = batch
         self.average = average
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         self._prepare(problem, budget // max(int(self.batch), 1))
         p = problem.n_params
-        self.tau_lr_ = self.lr_ if self.tau_lr is None else float(self.tau_lr)
+        self.tau_lr_ = scaled_step(self.name, "tau_lr", self.tau_lr, self.tau_lr_scale, self.lr_)
         self.iterate_ = np.zeros(p)
         self.average_ = np.zeros(p)
         #: [tau]

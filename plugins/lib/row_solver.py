@@ -10,7 +10,9 @@ default is the smaller of it and the subgradient method's constant step for
 the budget, ``B / (n c_max G sqrt(T))`` (``G`` the rows' gradient bound over
 the ball, ``model.grad_bound``; ``n c_max G`` bounds the estimators' norm;
 ``T`` the steps the budget allows), whose error after T steps is
-``O(B n c_max G / sqrt(T))`` (e.g. Nesterov 2004, Theorem 3.2.2).
+``O(B n c_max G / sqrt(T))`` (e.g. Nesterov 2004, Theorem 3.2.2). ``lr_scale``
+multiplies the default (``plugins.lib.steps``); ``lr_default`` is logged
+unscaled beside the ``lr`` in use.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ import numpy as np
 
 from harness import Param
 from plugins.lib.spectral import default_step, row_data, row_smoothness, solver_inputs
+from plugins.lib.steps import scale_param, scaled_step
 
 #: the ``lr`` parameter of every row solver
 LR_PARAM = Param(float, low=0.0, low_open=True, nullable=True,
                  doc="constant step; None: 1 / (n max_i c_i L + mu), L the rows' smoothness "
                      "(nu = 0 in a ball: at most B / (n max_i c_i G sqrt(steps)))")
+#: the ``lr_scale`` parameter of every row solver (``plugins.lib.steps``)
+LR_SCALE_PARAM = scale_param("lr")
 
 
 class RowSolver:
@@ -36,11 +41,12 @@ class RowSolver:
 
     name: str
     lr: float | None
+    lr_scale: float = 1.0
 
     def _prepare(self, problem: Any, steps: int) -> tuple[np.ndarray, np.ndarray]:
         """The model scalars, row caps, ``n``, ``nu``, the rows' smoothness and the
-        constant step (the default, module docstring, for ``steps`` steps, unless
-        ``lr`` is given); returns the kernels' ``X`` and ``y``."""
+        constant step (the default, module docstring, for ``steps`` steps, times
+        ``lr_scale``, unless ``lr`` is given); returns the kernels' ``X`` and ``y``."""
         self.spec_, self.caps_ = solver_inputs(self.name, problem)
         X, y = row_data(problem)
         self.n_ = X.shape[0]
@@ -52,7 +58,7 @@ class RowSolver:
             spread = self.n_ * float(np.max(self.caps_)) * grad_bound
             subgradient = radius / (spread * math.sqrt(max(steps, 1)))
             self.lr_default_ = min(self.lr_default_, subgradient)
-        self.lr_ = self.lr_default_ if self.lr is None else float(self.lr)
+        self.lr_ = scaled_step(self.name, "lr", self.lr, self.lr_scale, self.lr_default_)
         return X, y
 
     def _logged(self) -> dict[str, Any]:

@@ -1,0 +1,213 @@
+"""What the MLflow tracker names and marks: run names, a sweep's parent run
+name, the experiment kind, and ``resume=true`` skipping a run that already
+finished. Real SQLite stores, one per module (creating one costs seconds),
+each test under its own experiment name."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+import harness
+from plugins.mlflow_tracking import (
+    CONFIG_KEY_TAG,
+    EXPERIMENT_KIND,
+    AlreadyFinished,
+    sweep_name,
+)
+from tests.conftest import game_cfg
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_cwd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The module runs in a temporary directory (the store's artifact root,
+    ``./mlruns``, is fixed when an in-process client first opens it)."""
+    cwd = tmp_path_factory.mktemp("cwd")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        mp.chdir(cwd)
+        yield cwd
+
+
+def tiny(*overrides: str, uri: str, experiment: str, **tracking: Any) -> dict[str, Any]:
+    cfg = game_cfg("budget=2000", "checkpoints=2", "engine=python", *overrides)
+    cfg["tracking"] = {"enabled": True, "uri": uri, "experiment": experiment, **tracking}
+    return cfg
+
+
+def runs_of(uri: str, experiment: str) -> list[Any]:
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return [] if found is None else client.search_runs([found.experiment_id])
+
+
+# --------------------------------------------------------------------------- run names
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (("constraint.k=20",), "exp4mp-breast_cancer-k20-s0"),
+    (("p_player=ftrl", "constraint.k=7", "seed=3"), "ftrl-breast_cancer-k7-s3"),
+    (("solver=sgd", "constraint.k=5", "seed=1"), "sgd-breast_cancer-k5-s1"),
+], ids=["game", "other-p-player", "solver"])
+def test_run_is_named_after_what_ran(store, overrides, expected):
+    harness.run(tiny(*overrides, uri=store, experiment=f"names-{expected}"))
+    [run] = runs_of(store, f"names-{expected}")
+    assert run.info.run_name == expected
+
+
+def test_a_given_run_name_wins(store):
+    harness.run(tiny(uri=store, experiment="names-given", run_name="mine"))
+    [run] = runs_of(store, "names-given")
+    assert run.info.run_name == "mine"
+
+
+# --------------------------------------------------------------------------- sweep parents
+
+
+def hydra_node(task: list[str], experiment: str | None = None,
+               params: dict[str, str] | None = None) -> Any:
+    return OmegaConf.create({"hydra": {
+        "overrides": {"task": task},
+        "runtime": {"choices": {"experiment": experiment}},
+        "sweeper": {"params": params},
+    }})
+
+
+NOW = datetime(2025, 3, 4, 5, 6)
+
+
+def test_sweep_of_a_preset_is_named_after_it():
+    config = hydra_node(["experiment=problems"], "problems",
+                        {"seed": "0,1,2,3,4", "p_player": "exp4mp,ftrl"})
+    assert sweep_name(config, NOW) == "sweep problems 2025-03-04 05:06"
+    more = hydra_node(["experiment=problems", "budget=6e4", "seed=0,1"], "problems",
+                      {"seed": "0,1,2,3,4"})
+    assert sweep_name(more, NOW) == "sweep problems seed=0,1 2025-03-04 05:06"
+
+
+def test_sweep_is_named_after_its_swept_overrides():
+    config = hydra_node(["p_player=exp4mp,ftrl", "budget=2000", "seed=0,1",
+                         "tracking.uri=sqlite:///x.db"])
+    assert sweep_name(config, NOW) == "sweep p_player=exp4mp,ftrl seed=0,1 2025-03-04 05:06"
+    nothing_swept = hydra_node(["budget=2000", "tracking.uri=sqlite:///x.db"])
+    assert sweep_name(nothing_swept, NOW) == "sweep budget=2000 2025-03-04 05:06"
+    assert sweep_name(hydra_node([]), NOW) == "sweep 2025-03-04 05:06"
+
+
+def test_long_sweep_names_are_cut():
+    datasets = ",".join(["breast_cancer", "boston", "yacht", "energy", "concrete",
+                         "kin8nm", "power"] * 3)
+    config = hydra_node([f"dataset={datasets}", "seed=0,1,2,3,4", "p_player=exp4mp,ftrl",
+                         "constraint.level=null,0.5", "model.loss_scale=1,2,3,4,5,6,7,8,9",
+                         "w_player.lr=0.1,0.01,0.001,0.0001", "checkpoints=3,4,5,6"])
+    name = sweep_name(config, NOW)
+    assert name.startswith("sweep dataset=breast_cancer,boston")
+    assert "…" in name and re.search(r" \+\d more 2025-03-04 05:06$", name)
+    assert len(name) < 140
+
+
+def test_multirun_parent_is_named_after_the_swept_overrides(run_cli, store, tmp_path):
+    proc = run_cli("--multirun", "seed=0,1", "budget=2000", "checkpoints=2",
+                   f"tracking.uri={store}", "tracking.experiment=sweep-name",
+                   f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 0, proc.stderr
+    runs = runs_of(store, "sweep-name")
+    [parent] = [r for r in runs if r.data.tags.get("minimax_bench_sweep") == "1"]
+    assert re.fullmatch(r"sweep seed=0,1 \d{4}-\d\d-\d\d \d\d:\d\d", parent.info.run_name)
+    assert sorted(r.info.run_name for r in runs if r is not parent) == [
+        "exp4mp-breast_cancer-k20-s0", "exp4mp-breast_cancer-k20-s1"]
+
+
+# --------------------------------------------------------------------------- experiment kind
+
+
+def test_experiments_are_marked_model_training(store):
+    tag, kind = EXPERIMENT_KIND
+    harness.run(tiny(uri=store, experiment="kind-new"))
+    client = MlflowClient(store)
+    assert client.get_experiment_by_name("kind-new").tags[tag] == kind
+
+    old = client.create_experiment("kind-old")  # made before the tracker marked them
+    assert tag not in client.get_experiment(old).tags
+    harness.run(tiny(uri=store, experiment="kind-old"))
+    assert client.get_experiment(old).tags[tag] == kind
+
+    own = client.create_experiment("kind-own", tags={tag: "genai_development"})
+    harness.run(tiny(uri=store, experiment="kind-own"))
+    assert client.get_experiment(own).tags[tag] == "genai_development"  # a user's kind stays
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def test_resume_does_not_play_a_finished_run_again(store):
+    first = harness.run(tiny("seed=5", uri=store, experiment="resume-skip"))
+    [done] = runs_of(store, "resume-skip")
+    assert done.info.status == "FINISHED" and done.data.tags[CONFIG_KEY_TAG]
+
+    with pytest.raises(AlreadyFinished) as info:
+        harness.run(dict(tiny("seed=5", uri=store, experiment="resume-skip"), resume=True))
+    assert info.value.run_id == done.info.run_id
+    assert done.info.run_id in str(info.value)
+    assert info.value.metrics["dual_gap"] == pytest.approx(first["dual_gap"])
+    assert [r.info.run_id for r in runs_of(store, "resume-skip")] == [done.info.run_id]
+
+    # another seed is another run; without resume=true the same one is run again
+    harness.run(dict(tiny("seed=6", uri=store, experiment="resume-skip"), resume=True))
+    harness.run(tiny("seed=5", uri=store, experiment="resume-skip"))
+    runs = runs_of(store, "resume-skip")
+    assert sorted(r.data.tags["seed"] for r in runs) == ["5", "5", "6"]
+    assert len({r.data.tags[CONFIG_KEY_TAG] for r in runs}) == 2
+
+
+def test_resume_plays_a_config_whose_run_did_not_finish(store):
+    harness.run(tiny("seed=7", uri=store, experiment="resume-killed"))
+    [run] = runs_of(store, "resume-killed")
+    MlflowClient(store).set_terminated(run.info.run_id, status="KILLED")
+    harness.run(dict(tiny("seed=7", uri=store, experiment="resume-killed"), resume=True))
+    assert sorted(r.info.status for r in runs_of(store, "resume-killed")) == [
+        "FINISHED", "KILLED"]
+
+
+def test_cli_resume_of_a_finished_run_says_so(run_cli, store, tmp_path):
+    args = ("budget=4000", "seed=5", "resume=true", "checkpoints=2",
+            f"tracking.uri={store}", "tracking.experiment=resume-cli",
+            f"state_dir={tmp_path / 'state'}")
+    assert run_cli(*args).returncode == 0
+    [run] = runs_of(store, "resume-cli")
+
+    again = run_cli(*args)
+    assert "already finished" in again.stdout + again.stderr
+    assert run.info.run_id in again.stdout + again.stderr
+    assert "certified dual gap" not in again.stdout  # nothing was played
+    assert [r.info.run_id for r in runs_of(store, "resume-cli")] == [run.info.run_id]
+    assert again.returncode == 0, again.stderr
+
+
+def test_resumed_sweep_skips_finished_jobs_and_goes_on(run_cli, store, tmp_path):
+    args = ("--multirun", "seed=0,1", "budget=2000", "checkpoints=2", "resume=true",
+            f"tracking.uri={store}", "tracking.experiment=resume-sweep",
+            f"state_dir={tmp_path / 'state'}")
+    assert run_cli(*args, "hydra.sweep.dir=first").returncode == 0
+    again = run_cli(*args, "hydra.sweep.dir=second")
+    assert again.returncode == 0, again.stderr
+    assert (again.stdout + again.stderr).count("already finished") == 2
+    runs = runs_of(store, "resume-sweep")
+    kids = [r for r in runs if r.data.tags.get("minimax_bench_sweep") != "1"]
+    assert len(kids) == 2
+    # the relaunch finishes the sweep under its first parent run: one sweep, all its runs
+    parents = [r for r in runs if r.data.tags.get("minimax_bench_sweep") == "1"]
+    assert len(parents) == 1
+    assert {r.data.tags["mlflow.parentRunId"] for r in kids} == {parents[0].info.run_id}
