@@ -1,16 +1,22 @@
-"""``minimax-bench-report``: figures and a table of final values from MLflow runs.
+"""``minimax-bench-report``: figures and tables of a sweep (or any runs) from MLflow.
 
     minimax-bench-report --experiment paper_cancer --out report/
     minimax-bench-report --tracking-uri http://127.0.0.1:5000 --experiment sweep \
         --filter "tags.dataset = 'boston'"
 
-Reads every finished run of the experiment (any MLflow tracking URI; the
-game's and the whole-algorithm solvers' alike), groups them by algorithm (tag
-``algorithm``: the p-player, or the solver), and writes
+Reads the finished runs of the experiment (any MLflow tracking URI; the
+game's and the whole-algorithm solvers' alike): by default those of the most
+recent sweep (the children of the most recently started parent run, where the
+experiment has sweeps), ``--sweep RUN_ID`` another sweep, ``--all`` every run;
+``--filter`` applies on top. Runs are grouped by configuration (every param but
+the seed and ``NOT_CONFIGURATION``; one run per configuration and seed, the
+latest), each labelled by its algorithm and the params that tell it apart from
+the other configurations of that algorithm (``exp4mp budget=200000``), and
+split by problem (data set, preparation, k, mu/nu). It writes
 
 * one PNG per metric: data points processed on a log x-axis (``--x``:
   per-row gradient evaluations, passes over the data or wall seconds), one line per
-  algorithm (median over seeds) with the min-max band over seeds; the
+  configuration (median over seeds) with the min-max band over seeds; the
   objective's figure draws the exact optimum (param ``opt``, where the runs
   computed it) as a dashed horizontal line, ``suboptimality.png`` and
   ``relative_suboptimality.png`` plot ``objective - OPT`` and its ratio to
@@ -19,13 +25,20 @@ game's and the whole-algorithm solvers' alike), groups them by algorithm (tag
 * ``summary.png``: the paper's figure layout, the task metric (accuracy or
   MSE of the k largest losses) on the left, the dual gap on the right;
 * ``final_values.md``: median, min and max over seeds of the final values;
-* where the runs know OPT, ``problems.md``: one row per algorithm and one
+* where the runs know OPT, ``problems.md``: one row per configuration and one
   column per problem (data set and k), the median over seeds of the final
   relative suboptimality, with a last row for ``w = 0``; and per data set
   ``problem_<dataset>.png``: the relative suboptimality, one panel per k
   (a cross-problem sweep such as ``experiment=problems``);
+* ``time_to_accuracy.md``: per problem and configuration, the data points and
+  wall seconds to reach relative suboptimality 10 %, 1 %, 0.1 % (normalised
+  suboptimality 1e-2, 1e-4, 1e-6), median over seeds;
+* ``performance_profile.png`` (Dolan and More 2002), where the report has at
+  least two problems: per configuration, the fraction of problems it solves
+  (``--target-metric`` <= ``--target``) within a factor tau of the best cost;
 
-and logs them as artifacts of a summary run (tag ``minimax_bench_report``)
+and logs them as artifacts of the sweep's parent run (``report/``) when the
+report covers one sweep, else of a summary run (tag ``minimax_bench_report``)
 in the same experiment.
 """
 
@@ -35,9 +48,11 @@ import argparse
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,8 +98,146 @@ class Curves:
     where: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
-def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str, Curves]:
-    """Finished game runs of ``experiment`` grouped by their ``algorithm`` tag."""
+#: params that vary between runs for no configuration reason: the seed (the
+#: replicate, not the configuration), and what the OPT solve found and how
+#: (its value, bound, solver, status and message, cached or not, and its
+#: settings: they measure the run, they do not change it); ``*`` is a wildcard.
+#: Run ids, start and wall times and the version are tags and metrics, never params.
+NOT_CONFIGURATION = ("seed", "opt", "opt_*", "trivial_*", "reference.*")
+#: the tag of a sweep's parent run (``plugins/mlflow_tracking.py``, ``SweepCallback``)
+SWEEP_TAG = "minimax_bench_sweep"
+PARENT_TAG = "mlflow.parentRunId"
+
+
+@dataclass
+class Scope:
+    """Which runs a report covers: one sweep (its parent run) or every finished run."""
+
+    sweep_id: str | None = None
+    sweep_name: str | None = None
+    #: finished game runs of the experiment left out (other sweeps, single runs)
+    left_out: int = 0
+
+    def describe(self, n_runs: int) -> str:
+        if self.sweep_id is None:
+            return f"reporting all {n_runs} finished runs of the experiment"
+        other = (f"; {self.left_out} other finished runs of the experiment are left out "
+                 "(--all reports every run, --sweep RUN_ID another sweep)"
+                 if self.left_out else "")
+        return (f"reporting sweep {self.sweep_name!r} (parent run {self.sweep_id}): "
+                f"{n_runs} finished runs{other}")
+
+
+def configuration(params: Mapping[str, str]) -> dict[str, str]:
+    """The params that make a run's configuration: all but ``NOT_CONFIGURATION``."""
+    return {k: v for k, v in params.items()
+            if not any(fnmatchcase(k, pattern) for pattern in NOT_CONFIGURATION)}
+
+
+def problem_of(params: Mapping[str, str], tags: Mapping[str, str]) -> tuple[str, tuple[str, int]]:
+    """A run's problem, e.g. ``"yacht minmax k=20"``, and (data set, k) to order problems."""
+    dataset = tags.get("dataset", params.get("dataset.name", "?"))
+    k = params.get("constraint.k")
+    # the data set's preparation is part of the problem (yacht minmax and yacht
+    # standard are two problems with two optima)
+    prepared = " ".join(params[f"dataset.{key}"] for key in ("scale", "target")
+                        if f"dataset.{key}" in params)
+    name = f"{dataset} {prepared}" if prepared else dataset
+    name = name if k is None else f"{name} k={k}"
+    # the regularised problem F (mu, nu; no ball) is another problem than the paper's
+    mu, nu = float(params.get("problem.mu", 0)), float(params.get("problem.nu", 0))
+    if mu or nu:
+        name += f" mu={mu:.3g} nu={nu:.3g}"
+    if params.get("problem.radius") == "inf":
+        name += " no-ball"
+    return name, (dataset, int(k) if k is not None else 0)
+
+
+def config_labels(configs: Sequence[tuple[str, str, Mapping[str, str]]],
+                  preferred: frozenset[str] = frozenset()) -> list[str]:
+    """A short label per ``(algorithm, problem, configuration)``: the algorithm,
+    then ``key=value`` for the fewest params that tell apart the configurations
+    of that algorithm on one problem (e.g. ``exp4mp budget=200000``).
+
+    Params are picked greedily, the one that separates most pairs first; among
+    equals, a param the sweep overrode (``preferred``), then a top-level one,
+    then the shortest name: ``budget`` rather than the step sizes derived from it.
+    """
+    chosen: dict[str, list[str]] = {}
+    for algorithm in {a for a, _, _ in configs}:
+        mine = [(problem, c) for a, problem, c in configs if a == algorithm]
+        pairs = [(a, b) for i, (pa, a) in enumerate(mine) for pb, b in mine[i + 1:]
+                 if pa == pb and a != b]
+        keys: list[str] = []
+        while pairs:
+            differ = {k for a, b in pairs for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+            best = min(differ, key=lambda k: (-sum(a.get(k) != b.get(k) for a, b in pairs),
+                                              k not in preferred, k.count("."), len(k), k))
+            keys.append(best)
+            pairs = [(a, b) for a, b in pairs if a.get(best) == b.get(best)]
+        chosen[algorithm] = keys
+    return [" ".join([a] + [f"{k}={c.get(k, '-')}" for k in chosen[a]]) for a, _, c in configs]
+
+
+def _overridden(overrides: str) -> frozenset[str]:
+    """The config keys a sweep's ``overrides`` tag sets (``p_player=x`` sets ``p_player.name``)."""
+    keys = {item.split("=", 1)[0].lstrip("+~") for item in overrides.split() if "=" in item}
+    return frozenset(keys | {f"{k}.name" for k in keys})
+
+
+def _scope(runs: Sequence, sweep: str) -> Scope:
+    """``sweep``: ``"latest"`` (the most recently started parent run, if any), ``"all"``,
+    or a parent run id."""
+    if sweep == "all":
+        return Scope()
+    by_id = {r.info.run_id: r for r in runs}
+    parents = {r.info.run_id for r in runs if r.data.tags.get(SWEEP_TAG) == "1"}
+    parents |= {r.data.tags[PARENT_TAG] for r in runs if PARENT_TAG in r.data.tags}
+    if sweep != "latest":
+        if sweep not in by_id:
+            raise SystemExit(f"minimax-bench-report: error: no run {sweep!r} in the experiment "
+                             "(--sweep takes the run id of a sweep's parent run).")
+        parents = {sweep}
+    known = [by_id[p] for p in parents if p in by_id]
+    if not known:
+        return Scope()
+    parent = max(known, key=lambda r: r.info.start_time or 0)
+    return Scope(parent.info.run_id, parent.info.run_name)
+
+
+def _is_game_run(run) -> bool:
+    tags = run.data.tags
+    return REPORT_TAG not in tags and "algorithm" in tags and run.info.status == "FINISHED"
+
+
+def _latest_per_seed(runs: Sequence) -> list:
+    """One run per configuration and seed: the latest (said on stderr)."""
+    latest: dict[tuple, Any] = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
+        params = run.data.params
+        key = (run.data.tags["algorithm"], tuple(sorted(configuration(params).items())),
+               params.get("seed", run.data.tags.get("seed")))
+        if key in latest:
+            print(f"minimax-bench-report: runs {latest[key].info.run_id} and "
+                  f"{run.info.run_id} have the same configuration and seed {key[2]}: "
+                  f"keeping the later one, {run.info.run_id}.", file=sys.stderr)
+        latest[key] = run
+    return list(latest.values())
+
+
+def _histories(client, run) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    histories = {}
+    for key in run.data.metrics:
+        history = sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
+        histories[key] = (np.array([m.step for m in history], dtype=float),
+                          np.array([m.value for m in history], dtype=float))
+    return histories
+
+
+def load_report(uri: str | None, experiment: str, filter_string: str = "",
+                sweep: str = "latest") -> tuple[dict[str, Curves], Scope]:
+    """Finished game runs of ``experiment`` in scope (``sweep``: see ``_scope``),
+    grouped by configuration label (``config_labels``), and the scope."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
@@ -92,48 +245,45 @@ def load(uri: str | None, experiment: str, filter_string: str = "") -> dict[str,
     if exp is None:
         raise SystemExit(f"minimax-bench-report: error: no experiment named {experiment!r} "
                          f"in {client.tracking_uri}.")
-    runs = client.search_runs([exp.experiment_id], filter_string=filter_string,
-                              max_results=5000)
-    grouped: dict[str, Curves] = defaultdict(Curves)
-    for run in runs:
-        tags = run.data.tags
-        if REPORT_TAG in tags or "algorithm" not in tags or run.info.status != "FINISHED":
-            continue
-        histories = {}
-        for key in run.data.metrics:
-            history = sorted(client.get_metric_history(run.info.run_id, key),
-                             key=lambda m: m.step)
-            histories[key] = (np.array([m.step for m in history], dtype=float),
-                              np.array([m.value for m in history], dtype=float))
-        label = f"{tags['algorithm']} s{tags.get('seed', '?')} {run.info.run_id[:8]}"
-        grouped[tags["algorithm"]].runs[label] = histories
-        params = run.data.params
-        curves = grouped[tags["algorithm"]]
-        if "opt" in params:
-            curves.opt[label] = float(params["opt"])
-        if "trivial_objective" in params:
-            curves.trivial[label] = float(params["trivial_objective"])
-        dataset = tags.get("dataset", params.get("dataset.name", "?"))
-        k = params.get("constraint.k")
-        # the data set's preparation is part of the problem (yacht minmax and yacht
-        # standard are two problems with two optima)
-        prepared = " ".join(params[f"dataset.{key}"] for key in ("scale", "target")
-                            if f"dataset.{key}" in params)
-        name = f"{dataset} {prepared}" if prepared else dataset
-        name = name if k is None else f"{name} k={k}"
-        # the regularised problem F (mu, nu; no ball) is another problem than the paper's
-        mu, nu = float(params.get("problem.mu", 0)), float(params.get("problem.nu", 0))
-        if mu or nu:
-            name += f" mu={mu:.3g} nu={nu:.3g}"
-        if params.get("problem.radius") == "inf":
-            name += " no-ball"
-        curves.problem[label] = name
-        curves.where[label] = (dataset, int(k) if k is not None else 0)
-    if not grouped:
+    everything = client.search_runs([exp.experiment_id], max_results=5000)
+    scope = _scope(everything, sweep)
+    runs = [r for r in (client.search_runs([exp.experiment_id], filter_string=filter_string,
+                                           max_results=5000) if filter_string else everything)
+            if _is_game_run(r)]
+    if scope.sweep_id is not None:
+        inside = [r for r in runs if r.data.tags.get(PARENT_TAG) == scope.sweep_id]
+        scope.left_out = sum(_is_game_run(r) and r.data.tags.get(PARENT_TAG) != scope.sweep_id
+                             for r in everything)
+        runs = inside
+    runs = _latest_per_seed(runs)
+    if not runs:
+        where = f" of sweep {scope.sweep_name!r} ({scope.sweep_id})" if scope.sweep_id else ""
         raise SystemExit(f"minimax-bench-report: error: no finished runs in experiment "
-                         f"{experiment!r}" + (f" matching {filter_string!r}" if filter_string
-                                              else "") + ".")
-    return dict(grouped)
+                         f"{experiment!r}{where}" + (f" matching {filter_string!r}"
+                                                    if filter_string else "") + ".")
+    preferred: frozenset[str] = frozenset()
+    if scope.sweep_id is not None:
+        preferred = _overridden(client.get_run(scope.sweep_id).data.tags.get("overrides", ""))
+    problems = [problem_of(r.data.params, r.data.tags) for r in runs]
+    labels = config_labels([(r.data.tags["algorithm"], problem, configuration(r.data.params))
+                            for r, (problem, _) in zip(runs, problems, strict=True)], preferred)
+    grouped: dict[str, Curves] = defaultdict(Curves)
+    for run, label, (problem, where) in zip(runs, labels, problems, strict=True):
+        params, curves = run.data.params, grouped[label]
+        name = f"{label} s{params.get('seed', '?')} {run.info.run_id[:8]}"
+        curves.runs[name] = _histories(client, run)
+        if "opt" in params:
+            curves.opt[name] = float(params["opt"])
+        if "trivial_objective" in params:
+            curves.trivial[name] = float(params["trivial_objective"])
+        curves.problem[name], curves.where[name] = problem, where
+    return dict(grouped), scope
+
+
+def load(uri: str | None, experiment: str, filter_string: str = "",
+         sweep: str = "latest") -> dict[str, Curves]:
+    """Finished game runs of ``experiment`` grouped by configuration (``load_report``)."""
+    return load_report(uri, experiment, filter_string, sweep)[0]
 
 
 def band(curves: Curves, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -179,7 +329,8 @@ def _draw(ax, grouped: dict[str, Curves], metric: str, x: str = "data_points") -
         if metric in LOG_Y:  # a value <= 0 has no place on a log axis: leave a gap
             med, lo, hi = (np.where(v > 0, v, np.nan) for v in (med, lo, hi))
         style = {} if palette is None else {"color": palette(index % 20)}
-        line, = ax.plot(steps, med, label=f"{algorithm} ({n_seeds} seeds)", **style)
+        seeds = f"{n_seeds} seed" + "s" * (n_seeds != 1)
+        line, = ax.plot(steps, med, label=f"{algorithm} ({seeds})", **style)
         ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
         drawn = True
     if drawn and metric == "objective":
@@ -269,7 +420,7 @@ def problem_table(grouped: dict[str, Curves], metric: str = "relative_suboptimal
     seeds if they differ); a last row for the trivial solution ``w = 0``."""
     split = split_by_problem(grouped)
     problems = list(split)
-    lines = ["| algorithm | " + " | ".join(problems) + " |",
+    lines = ["| configuration | " + " | ".join(problems) + " |",
              "|---|" + "---|" * len(problems)]
     for algorithm in sorted(grouped):
         cells = []
@@ -360,7 +511,7 @@ def final_table(grouped: dict[str, Curves]) -> str:
     """Markdown table: median [min, max] over seeds of each metric's last value."""
     present = [m for m in TABLE_METRICS
                if any(m in h for c in grouped.values() for h in c.runs.values())]
-    lines = ["| algorithm | seeds | " + " | ".join(present) + " |",
+    lines = ["| configuration | seeds | " + " | ".join(present) + " |",
              "|---|---|" + "---|" * len(present)]
     for algorithm in sorted(grouped):
         runs = grouped[algorithm].runs.values()
@@ -372,6 +523,161 @@ def final_table(grouped: dict[str, Curves]) -> str:
         lines.append(f"| {algorithm} | {len(runs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\nmedian [min, max] over seeds of the value at the last " \
                               "checkpoint.\n"
+
+
+#: time-to-accuracy targets: relative suboptimality (needs OPT) and normalised suboptimality
+REACH_TARGETS = (("relative_suboptimality", (0.1, 0.01, 0.001)),
+                 ("normalised_suboptimality", (1e-2, 1e-4, 1e-6)))
+#: what a performance profile may take as its target (lower is better)
+TARGET_METRICS = ("relative_suboptimality", "normalised_suboptimality", "suboptimality",
+                  "dual_gap", "objective", "topk_mse", "max_loss")
+
+
+def first_reach(history: Mapping[str, tuple[np.ndarray, np.ndarray]], metric: str,
+                target: float, counter: str = "data_points") -> float:
+    """``counter`` (data points, or a counter metric such as ``wall_time_s``) at the
+    first checkpoint where ``metric <= target``; inf if the run never gets there,
+    NaN if it did not log ``metric`` or ``counter``."""
+    if metric not in history:
+        return float("nan")
+    steps, values = history[metric]
+    hit = np.flatnonzero(values <= target)
+    if hit.size == 0:
+        return float("inf")
+    step = steps[hit[0]]
+    if counter == "data_points":
+        return float(step)
+    if counter not in history:
+        return float("nan")
+    s, v = history[counter]
+    at = int(np.searchsorted(s, step))
+    return float(v[at]) if at < s.size and s[at] == step else float("nan")
+
+
+def median_reach(costs: Sequence[float]) -> float:
+    """Median over seeds of the costs to reach a target, a seed that never
+    reaches it counting as infinitely late: finite iff more than half reach."""
+    return float(np.median(np.asarray(costs, dtype=float))) if len(costs) else float("nan")
+
+
+def _reach_cell(points: Sequence[float], seconds: Sequence[float]) -> str:
+    n, k = len(points), int(np.isfinite(points).sum())
+    if n == 0:
+        return ""
+    if k == 0:
+        return "not reached"
+    if 2 * k <= n:
+        return f"not reached ({k}/{n} seeds)"
+    wall = median_reach(seconds)
+    cell = f"{median_reach(points):,.0f}" + (f" ({wall:.3g} s)" if np.isfinite(wall) else "")
+    return cell if k == n else f"{cell}, {k}/{n} seeds"
+
+
+def time_to_accuracy_table(grouped: dict[str, Curves]) -> str:
+    """Markdown, for the runs of one problem: one row per configuration, one
+    column per target of ``REACH_TARGETS`` the runs log."""
+    logged = {m for c in grouped.values() for h in c.runs.values() for m in h}
+    columns = [(m, t) for m, targets in REACH_TARGETS if m in logged for t in targets]
+    if not columns:
+        return ""
+    names = {"relative_suboptimality": lambda t: f"relative <= {100 * t:g} %",
+             "normalised_suboptimality": lambda t: f"normalised <= {t:.0e}"}
+    lines = ["| configuration | seeds | " + " | ".join(names[m](t) for m, t in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    for label in sorted(grouped):
+        runs = list(grouped[label].runs.values())
+        cells = []
+        for metric, target in columns:
+            mine = [h for h in runs if metric in h]
+            cells.append(_reach_cell([first_reach(h, metric, target) for h in mine],
+                                     [first_reach(h, metric, target, "wall_time_s")
+                                      for h in mine]))
+        lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+TIME_TO_ACCURACY_CAPTION = (
+    "Each cell: data points processed (and wall seconds, metric wall_time_s) at the first "
+    "checkpoint where the metric is at or below the target, median over seeds. A seed that "
+    "never reaches the target counts as infinitely late, so the median is reported only "
+    "when more than half of the seeds reach it (followed by k/n seeds when not all do); "
+    "otherwise the cell says \"not reached (k/n seeds)\", or \"not reached\" when no seed "
+    "does. The first reach is known to the checkpoint grid: it lies between the previous "
+    "checkpoint and this one.\n")
+
+
+def profile_costs(split: dict[str, dict[str, Curves]], metric: str = "relative_suboptimality",
+                  target: float = 0.01, x: str = "data_points") -> tuple[list[str], np.ndarray]:
+    """The configuration labels and ``costs[problem, label]``: the median over
+    seeds of ``x`` at the first reach of ``metric <= target`` (``median_reach``);
+    inf where the configuration did not reach it or did not run on the problem."""
+    labels = sorted({label for part in split.values() for label in part})
+    costs = np.full((len(split), len(labels)), np.inf)
+    for i, part in enumerate(split.values()):
+        for j, label in enumerate(labels):
+            if label in part:
+                reach = [first_reach(h, metric, target, x)
+                         for h in part[label].runs.values() if metric in h]
+                cost = median_reach(reach)
+                costs[i, j] = cost if np.isfinite(cost) else np.inf
+    return labels, costs
+
+
+def performance_ratios(costs: np.ndarray) -> np.ndarray:
+    """``r[p, s] = cost[p, s] / min_s cost[p, s]`` (Dolan and More 2002), inf where
+    ``s`` did not reach the target."""
+    best = costs.min(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(costs == best, 1.0, costs / best)
+    return np.where(np.isfinite(costs), ratios, np.inf)
+
+
+def performance_profile(ratios: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """``rho[t, s]``: the fraction of problems ``s`` solves within a factor
+    ``taus[t]`` of the best configuration on that problem."""
+    return (ratios[None, :, :] <= np.asarray(taus, dtype=float)[:, None, None]).mean(axis=1)
+
+
+def profile_figure(split: dict[str, dict[str, Curves]], out: Path, title: str,
+                   metric: str, target: float, x: str) -> Path:
+    """``performance_profile.png``: one step curve per configuration label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, costs = profile_costs(split, metric, target, x)
+    ratios = performance_ratios(costs)
+    finite = ratios[np.isfinite(ratios)]
+    top = max(2.0, 1.5 * finite.max()) if finite.size else 2.0
+    taus = np.unique(np.r_[1.0, finite, top])
+    rho = performance_profile(ratios, taus)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    palette = matplotlib.colormaps["tab20"] if len(labels) > 10 else None
+    for j, label in enumerate(labels):
+        # curves often coincide over a range of tau: dashes keep the one below visible
+        style = {"linestyle": ("-", "--", "-.", ":")[j % 4], "linewidth": 1.8}
+        if palette is not None:
+            style["color"] = palette(j % 20)
+        ax.step(taus, rho[:, j], where="post", label=label, **style)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlim(1.0, top)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(f"tau: {X_AXES[x]} / the best configuration's on the problem")
+    ax.set_ylabel(f"fraction of the {len(split)} problems solved")
+    ax.set_title(f"{title}: performance profile, {metric} <= {target:g}", fontsize="medium")
+    ax.grid(True, which="both", alpha=0.3)
+    many = len(labels) > 6
+    ax.legend(fontsize="x-small" if many else None, ncol=2 if many else 1, framealpha=0.6,
+              loc="lower right")
+    fig.tight_layout()
+    path = out / "performance_profile.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def log_summary_run(uri: str | None, experiment: str, files: Sequence[Path]) -> str:
@@ -387,25 +693,58 @@ def log_summary_run(uri: str | None, experiment: str, files: Sequence[Path]) -> 
     return run.info.run_id
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+#: where a sweep's report goes among its parent run's artifacts
+PARENT_ARTIFACT_PATH = "report"
+
+
+def log_to_parent(uri: str | None, parent_run_id: str, files: Sequence[Path]) -> None:
+    """The report's files as artifacts of the sweep's parent run (``report/``)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    for path in files:
+        client.log_artifact(parent_run_id, str(path), PARENT_ARTIFACT_PATH)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minimax-bench-report",
-                                     description=__doc__.split("\n\n")[0].strip("`: "))
+                                     description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI",
                                                                  "sqlite:///mlflow.db"))
     parser.add_argument("--experiment", default="minimax-bench")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--all", action="store_true",
+                       help="every finished run (default: the most recent sweep's runs)")
+    scope.add_argument("--sweep", metavar="RUN_ID", default=None,
+                       help="the runs of the sweep with this parent run id")
     parser.add_argument("--filter", default="", help="MLflow search filter, e.g. "
-                        "\"tags.dataset = 'boston'\"")
+                        "\"tags.dataset = 'boston'\" (on top of the scope)")
     parser.add_argument("--out", default="report", help="output folder")
     parser.add_argument("--title", default=None)
-    parser.add_argument("--no-log", action="store_true", help="do not log a summary run")
+    parser.add_argument("--no-log", action="store_true",
+                        help="do not log the files to MLflow (the sweep's parent run, or a "
+                             "summary run)")
     parser.add_argument("--x", default="data_points", choices=tuple(X_AXES),
-                        help="what the figures' x-axis counts (default: data points)")
-    args = parser.parse_args(argv)
-    grouped = load(args.tracking_uri, args.experiment, args.filter)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+                        help="what the figures' x-axis and the performance profile's cost "
+                             "count (default: data points)")
+    parser.add_argument("--target", type=float, default=0.01,
+                        help="the performance profile's target (default: 0.01)")
+    parser.add_argument("--target-metric", default="relative_suboptimality",
+                        choices=TARGET_METRICS,
+                        help="the metric the target bounds (default: relative_suboptimality)")
+    return parser
+
+
+def _write(path: Path, text: str, files: list[Path]) -> None:
+    path.write_text(text)
+    files.append(path)
+    print(text)
+
+
+def write_report(grouped: dict[str, Curves], out: Path, title: str,
+                 args: argparse.Namespace) -> list[Path]:
+    """Every figure and table of the report into ``out``; the files written."""
     problems = split_by_problem(grouped)
-    title = args.title or args.experiment
     if len(problems) == 1:
         files = figures(grouped, out, title, args.x)
         text = final_table(grouped)
@@ -413,25 +752,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = []
         text = "\n".join(f"## {problem}\n\n{final_table(part)}"
                          for problem, part in problems.items())
-    table = out / "final_values.md"
-    table.write_text(f"# {title}\n\n" + text)
-    files.append(table)
-    print(table.read_text())
+    _write(out / "final_values.md", f"# {title}\n\n" + text, files)
     if any(c.opt for c in grouped.values()):
-        cross = out / "problems.md"
         text = f"# {title}: relative suboptimality by problem\n\n" + problem_table(grouped)
         if any("normalised_suboptimality" in h for c in grouped.values()
                for h in c.runs.values()):
             text += ("\n## normalised suboptimality (F - F*) / (F(w_0) - F*)\n\n"
                      + problem_table(grouped, "normalised_suboptimality"))
-        cross.write_text(text)
-        files.append(cross)
+        _write(out / "problems.md", text, files)
         files.extend(problem_figures(grouped, out, title, x=args.x))
-        print(cross.read_text())
     elif len(problems) > 1:
         files.extend(problem_figures(grouped, out, title, metric="objective", x=args.x))
+    sections = [(p, time_to_accuracy_table(part)) for p, part in problems.items()]
+    if any(table for _, table in sections):
+        _write(out / "time_to_accuracy.md", f"# {title}: time to accuracy\n\n" + "\n".join(
+            f"## {p}\n\n{table}" for p, table in sections if table)
+            + "\n" + TIME_TO_ACCURACY_CAPTION, files)
+    else:
+        print("no time-to-accuracy table: the runs log no relative or normalised "
+              "suboptimality (OPT unknown).")
+    solved = {p: part for p, part in problems.items()
+              if any(args.target_metric in h for c in part.values() for h in c.runs.values())}
+    if len(solved) >= 2:
+        files.append(profile_figure(solved, out, title, args.target_metric, args.target, args.x))
+    else:
+        print(f"no performance profile: it compares configurations across problems, and "
+              f"{len(solved)} problem(s) of the report log {args.target_metric}.")
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    sweep = "all" if args.all else (args.sweep or "latest")
+    grouped, scope = load_report(args.tracking_uri, args.experiment, args.filter, sweep)
+    print(scope.describe(sum(len(c.runs) for c in grouped.values())))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = write_report(grouped, out, args.title or args.experiment, args)
     print(f"wrote {len(files)} files to {out}/")
-    if not args.no_log:
+    if args.no_log:
+        return 0
+    if scope.sweep_id is not None:
+        log_to_parent(args.tracking_uri, scope.sweep_id, files)
+        print(f"logged as artifacts ({PARENT_ARTIFACT_PATH}/) of the sweep's parent run "
+              f"{scope.sweep_id}")
+    else:
         run_id = log_summary_run(args.tracking_uri, args.experiment, files)
         print(f"logged as artifacts of run {run_id} in experiment {args.experiment!r}")
     return 0

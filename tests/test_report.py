@@ -32,7 +32,10 @@ def sweep(tmp_path_factory):
     return where, uri
 
 
-def test_report_writes_figures_and_table_and_logs_them(sweep, capsys):
+def test_report_of_a_sweep_writes_figures_and_tables_and_logs_them_to_its_parent_run(
+        sweep, capsys):
+    # the store holds one sweep: the report covers it (and says so), and its files
+    # become artifacts of the sweep's parent run, not of a separate summary run
     where, uri = sweep
     out = where / "report"
     assert report.main(["--tracking-uri", uri, "--experiment", "tiny", "--out", str(out)]) == 0
@@ -48,15 +51,212 @@ def test_report_writes_figures_and_table_and_logs_them(sweep, capsys):
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("tiny")
-    logged = [r for r in client.search_runs([exp.experiment_id])
-              if r.data.tags.get(report.REPORT_TAG) == "1"]
-    assert len(logged) == 1
-    names = {a.path for a in client.list_artifacts(logged[0].info.run_id)}
-    assert {"dual_gap.png", "summary.png", "final_values.md"} <= names
-    # a second report ignores the first report's run and the sweep's parent run
+    everything = client.search_runs([exp.experiment_id])
+    parent = next(r for r in everything if r.data.tags.get(report.SWEEP_TAG) == "1")
+    assert f"reporting sweep {parent.info.run_name!r} (parent run {parent.info.run_id})" \
+        in capsys.readouterr().out
+    names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/dual_gap.png", "report/summary.png", "report/final_values.md",
+            "report/time_to_accuracy.md"} <= names
+    assert not [r for r in everything if report.REPORT_TAG in r.data.tags]
+    # a second report ignores the sweep's parent run, which now holds artifacts
     grouped = report.load(uri, "tiny")
     assert sorted(grouped) == ["exp4mp", "ftrl"]
     assert all(len(c.runs) == 2 for c in grouped.values())
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """The issue's mixed store, scaled down: one run at budget 20000, seed 0 (made
+    twice: the same configuration and seed), then the CLI's 2 x 2 sweep
+    ``seed=0,1 p_player=exp4mp,ru_sgd budget=4000``."""
+    where = tmp_path_factory.mktemp("mixed")
+    uri = f"sqlite:///{where}/mlflow.db"
+    common = ("checkpoints=4", "constraint.k=10", "tracking.enabled=true",
+              f"tracking.uri={uri}", "tracking.experiment=mixed")
+    for _ in range(2):
+        harness.run(game_cfg("budget=20000", "seed=0", *common))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "--multirun", "seed=0,1", "p_player=exp4mp,ru_sgd",
+         "budget=4000", *common[:2], f"tracking.uri={uri}", "tracking.experiment=mixed",
+         f"hydra.sweep.dir={where}/multirun"],
+        cwd=where, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return where, uri
+
+
+def _rows(table: str) -> dict[str, str]:
+    """Data rows of a markdown table by their first cell."""
+    return {line.split(" | ")[0][2:]: line for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| configuration")}
+
+
+def test_mixed_store_reports_the_latest_sweep_by_default(mixed, capsys):
+    # the single runs (budget 20000) are not part of the sweep: left out, and said so
+    where, uri = mixed
+    out = where / "default"
+    assert report.main(["--tracking-uri", uri, "--experiment", "mixed", "--out", str(out),
+                        "--no-log"]) == 0
+    printed = capsys.readouterr().out
+    assert "reporting sweep 'sweep " in printed
+    assert "2 other finished runs of the experiment are left out" in printed
+    rows = _rows((out / "final_values.md").read_text())
+    assert sorted(rows) == ["exp4mp", "ru_sgd"]
+    assert all(row.startswith(f"| {name} | 2 |") for name, row in rows.items())
+    assert "20000" not in (out / "final_values.md").read_text()
+    # one problem: no performance profile, and the report says why
+    assert "no performance profile" in printed
+    assert not (out / "performance_profile.png").exists()
+
+
+def test_mixed_store_with_all_has_one_line_per_budget_and_counts_a_seed_once(mixed, capsys):
+    # --all: the two budgets of exp4mp are two lines, labelled by the budget alone
+    # (not by the step sizes derived from it); the run made twice counts once, the later
+    where, uri = mixed
+    out = where / "all"
+    assert report.main(["--tracking-uri", uri, "--experiment", "mixed", "--out", str(out),
+                        "--no-log", "--all"]) == 0
+    captured = capsys.readouterr()
+    assert "reporting all 5 finished runs" in captured.out
+    rows = _rows((out / "final_values.md").read_text())
+    assert sorted(rows) == ["exp4mp budget=20000", "exp4mp budget=4000", "ru_sgd"]
+    assert rows["exp4mp budget=20000"].startswith("| exp4mp budget=20000 | 1 |")
+    assert rows["exp4mp budget=4000"].startswith("| exp4mp budget=4000 | 2 |")
+    assert "have the same configuration and seed 0: keeping the later one" in captured.err
+    assert sorted(_rows((out / "time_to_accuracy.md").read_text())) == sorted(rows)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("mixed")
+    singles = sorted((r for r in client.search_runs([exp.experiment_id])
+                      if r.data.params.get("budget") == "20000"),
+                     key=lambda r: r.info.start_time)
+    kept = report.load(uri, "mixed", sweep="all")["exp4mp budget=20000"].runs
+    assert len(singles) == 2 and [name[-8:] for name in kept] == [singles[1].info.run_id[:8]]
+
+
+def test_sweep_option_and_filter_select_runs_and_a_wrong_id_is_an_error(mixed):
+    _, uri = mixed
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("mixed")
+    parent = next(r for r in client.search_runs([exp.experiment_id])
+                  if r.data.tags.get(report.SWEEP_TAG) == "1")
+    grouped = report.load(uri, "mixed", "tags.algorithm = 'ru_sgd'", sweep=parent.info.run_id)
+    assert sorted(grouped) == ["ru_sgd"] and len(grouped["ru_sgd"].runs) == 2
+    with pytest.raises(SystemExit, match="no run 'nope' in the experiment"):
+        report.load(uri, "mixed", sweep="nope")
+
+
+def test_report_of_every_run_logs_a_summary_run_not_the_parent(mixed):
+    # --all covers more than one sweep: a separate summary run holds the files
+    where, uri = mixed
+    assert report.main(["--tracking-uri", uri, "--experiment", "mixed", "--all",
+                        "--out", str(where / "logged")]) == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("mixed")
+    runs = client.search_runs([exp.experiment_id])
+    summary = [r for r in runs if r.data.tags.get(report.REPORT_TAG) == "1"]
+    assert len(summary) == 1
+    assert "final_values.md" in {a.path for a in client.list_artifacts(summary[0].info.run_id)}
+    parent = next(r for r in runs if r.data.tags.get(report.SWEEP_TAG) == "1")
+    assert not client.list_artifacts(parent.info.run_id)
+
+
+def test_labels_name_the_fewest_params_that_tell_configurations_apart():
+    small = {"budget": "4000", "p_player.eta": "0.1", "p_player.name": "exp4mp", "k": "10"}
+    large = {**small, "budget": "20000", "p_player.eta": "0.03"}
+    other = {**small, "k": "20"}  # another problem: nothing to tell apart
+    ftrl = {**small, "p_player.name": "ftrl"}
+    labels = report.config_labels([("exp4mp", "p1", small), ("exp4mp", "p1", large),
+                                   ("exp4mp", "p2", other), ("ftrl", "p1", ftrl)])
+    # budget and the eta derived from it separate the same pair: the top-level name wins
+    assert labels == ["exp4mp budget=4000", "exp4mp budget=20000", "exp4mp budget=4000",
+                      "ftrl"]
+    # a param the sweep overrode wins over a top-level one
+    assert report.config_labels([("exp4mp", "p1", small), ("exp4mp", "p1", large)],
+                                frozenset({"p_player.eta"})) == [
+        "exp4mp p_player.eta=0.1", "exp4mp p_player.eta=0.03"]
+    # seeds of one configuration are one line, not a pair to tell apart
+    assert report.config_labels([("exp4mp", "p1", small)] * 2) == ["exp4mp", "exp4mp"]
+    assert report.configuration({"seed": "0", "opt_status": "cached", "opt": "0.1",
+                                 "trivial_objective": "1", "reference.cache_dir": "/x",
+                                 "budget": "4000"}) == {"budget": "4000"}
+
+
+def _history(steps, rel, wall, norm=None):
+    h = {"relative_suboptimality": (np.array(steps, float), np.array(rel, float)),
+         "wall_time_s": (np.array(steps, float), np.array(wall, float))}
+    if norm is not None:
+        h["normalised_suboptimality"] = (np.array(steps, float), np.array(norm, float))
+    return h
+
+
+def test_time_to_accuracy_cells_are_medians_of_first_reaches_with_the_partial_rule():
+    steps = [1000, 2000, 3000, 4000]
+    a, b = report.Curves(), report.Curves()
+    a.runs = {"s0": _history(steps, [0.5, 0.05, 0.01, 0.0005], [1, 2, 3, 4],
+                             [0.5, 1e-3, 1e-5, 1e-7]),
+              "s1": _history(steps, [0.5, 0.2, 0.05, 0.008], [1.5, 3, 4.5, 6],
+                             [0.5, 0.1, 1e-3, 1e-4]),
+              "s2": _history(steps, [0.5, 0.5, 0.5, 0.5], [1, 2, 3, 4], [1, 1, 1, 1])}
+    b.runs = {"s0": _history([500, 1000], [0.08, 0.009], [0.5, 1]),
+              "s1": _history([500, 1000], [0.2, 0.05], [0.7, 1.4])}
+    table = report.time_to_accuracy_table({"a": a, "b": b})
+    assert table.splitlines()[0] == (
+        "| configuration | seeds | relative <= 10 % | relative <= 1 % | relative <= 0.1 % "
+        "| normalised <= 1e-02 | normalised <= 1e-04 | normalised <= 1e-06 |")
+    rows = _rows(table)
+    # a, 10 %: seeds reach at 2000 (2 s) and 3000 (4.5 s), one never: median of
+    # (2000, 3000, inf) = 3000, of (2, 4.5, inf) = 4.5; 1 %: 0.01 counts (<=) at 3000;
+    # 0.1 %: one seed of three reaches; normalised: 1e-2 at 2000 and 3000, 1e-4 at
+    # 3000 and 4000 (1e-4 counts), 1e-6 by one seed only
+    assert rows["a"] == ("| a | 3 | 3,000 (4.5 s), 2/3 seeds | 4,000 (6 s), 2/3 seeds "
+                         "| not reached (1/3 seeds) | 3,000 (4.5 s), 2/3 seeds "
+                         "| 4,000 (6 s), 2/3 seeds | not reached (1/3 seeds) |")
+    # b: both seeds reach 10 % (500 and 1000: median 750; 0.5 and 1.4 s: 0.95);
+    # 1 % by one seed of two is not more than half; no normalised metric: blank
+    assert rows["b"] == ("| b | 2 | 750 (0.95 s) | not reached (1/2 seeds) | not reached |"
+                         "  |  |  |")
+    assert report.first_reach(a.runs["s2"], "relative_suboptimality", 0.1) == np.inf
+
+
+def _profile_curves(problem: str, reach: dict[str, list[float]]) -> dict[str, report.Curves]:
+    """Per label, one seed per entry of ``reach``: relative suboptimality 1 until
+    that step, 0 from it (inf: never)."""
+    steps = np.array([1000.0, 2000.0, 3000.0, 4000.0])
+    out = {}
+    for label, firsts in reach.items():
+        c = report.Curves()
+        for seed, first in enumerate(firsts):
+            c.runs[f"{label}{seed}"] = {"relative_suboptimality": (
+                steps, np.where(steps >= first, 0.0, 1.0))}
+            c.problem[f"{label}{seed}"] = problem
+        out[label] = c
+    return out
+
+
+def test_performance_profile_fractions_on_two_problems(tmp_path):
+    inf = np.inf
+    split = {"p1": _profile_curves("p1", {"A": [1000], "B": [4000], "C": [1000, inf, inf]}),
+             "p2": _profile_curves("p2", {"A": [3000], "B": [1000], "C": [2000, 2000]})}
+    labels, costs = report.profile_costs(split)
+    # C on p1: one seed of three reaches: not reached (inf)
+    assert labels == ["A", "B", "C"]
+    np.testing.assert_array_equal(costs, [[1000, 4000, inf], [3000, 1000, 2000]])
+    ratios = report.performance_ratios(costs)
+    np.testing.assert_array_equal(ratios, [[1, 4, inf], [3, 1, 2]])
+    rho = report.performance_profile(ratios, np.array([1, 2, 3, 4, 100]))
+    np.testing.assert_array_equal(rho, [[0.5, 0.5, 0.0], [0.5, 0.5, 0.5], [1.0, 0.5, 0.5],
+                                        [1.0, 1.0, 0.5], [1.0, 1.0, 0.5]])
+    path = report.profile_figure(split, tmp_path, "t", "relative_suboptimality", 0.01,
+                                 "data_points")
+    assert path.name == "performance_profile.png" and path.read_bytes().startswith(PNG)
 
 
 def test_table_values_are_the_median_min_max_of_the_last_checkpoints(sweep):
@@ -105,7 +305,7 @@ def test_problem_table_has_one_column_per_problem_and_a_row_for_w0():
     }
     table = report.problem_table(grouped)
     lines = table.splitlines()
-    assert lines[0] == "| algorithm | boston k=253 | yacht k=20 |"
+    assert lines[0] == "| configuration | boston k=253 | yacht k=20 |"
     assert lines[2] == "| exp4mp | 0.02 | 0.2 |"
     assert lines[3] == "| uniform |  | 0.7 |"
     # w = 0: (1.002 - 1) / 1 is within 5 % of OPT (flagged), (1 - 0.5) / 0.5 = 1 is not
@@ -151,7 +351,7 @@ def test_runs_of_two_preparations_of_one_data_set_are_two_problems(tmp_path):
     assert report.main(["--tracking-uri", uri, "--experiment", "prep", "--out", str(out),
                         "--no-log"]) == 0
     header = (out / "problems.md").read_text().splitlines()[2]
-    assert header == "| algorithm | yacht minmax k=20 | yacht standard k=20 |"
+    assert header == "| configuration | yacht minmax k=20 | yacht standard k=20 |"
     sections = [line for line in (out / "final_values.md").read_text().splitlines()
                 if line.startswith("## ")]
     assert sections == ["## yacht minmax k=20", "## yacht standard k=20"]
@@ -176,7 +376,7 @@ def test_solver_runs_report_normalised_suboptimality_against_passes(tmp_path):
     assert report.main(["--tracking-uri", uri, "--experiment", "solvers", "--out", str(out),
                         "--no-log", "--x", "passes"]) == 0
     text = (out / "problems.md").read_text()
-    assert ("| algorithm | yacht standard k=154 | yacht standard k=154 mu=0.00325 nu=1 "
+    assert ("| configuration | yacht standard k=154 | yacht standard k=154 mu=0.00325 nu=1 "
             "no-ball |") in text
     assert "## normalised suboptimality" in text
     row = next(line for line in text.split("## normalised")[1].splitlines()
