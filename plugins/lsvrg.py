@@ -12,8 +12,7 @@ import numpy as np
 from numba import njit
 
 import harness
-from harness import Param
-from plugins.lib.row_solver import LR_PARAM, LR_SCALE_PARAM, RowSolver
+from plugins.lib.row_solver import RowSolver
 from plugins.lib.spectral import (
     best_response_dense,
     project_ball_inplace,
@@ -54,15 +53,6 @@ class LSVRG(RowSolver):
     """
 
     name: ClassVar[str] = "lsvrg"
-    params: ClassVar[dict[str, Param]] = {
-        "lr": LR_PARAM,
-        "lr_scale": LR_SCALE_PARAM,
-    }
-
-    def __init__(self, lr: float | None = None, lr_scale: float = 1.0) -> None:
-        self.lr = lr
-        self.lr_scale = lr_scale
-
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         X, y = self._prepare(problem, budget)
         n, p = self.n_, problem.n_params

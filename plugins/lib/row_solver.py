@@ -18,7 +18,7 @@ unscaled beside the ``lr`` in use.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,7 +40,12 @@ class RowSolver:
     and copied to ``data_points`` and ``grad_evals`` by ``_sync``."""
 
     name: str
-    lr: float | None
+    #: the parameters of a solver with one constant step (``sgd`` adds its own)
+    params: ClassVar[dict[str, Param]] = {"lr": LR_PARAM, "lr_scale": LR_SCALE_PARAM}
+
+    def __init__(self, lr: float | None = None, lr_scale: float = 1.0) -> None:
+        self.lr = lr
+        self.lr_scale = lr_scale
     lr_scale: float = 1.0
 
     def _prepare(self, problem: Any, steps: int) -> tuple[np.ndarray, np.ndarray]:
