@@ -120,6 +120,19 @@ class Loop:
         self.state = GameState()
 
 
+    def _timed(self, metrics: dict[str, float], start: float) -> dict[str, float]:
+        """A checkpoint's metrics with the seconds spent computing them
+        (``checkpoint_time_s``, and their sum over the run so far), kept as the
+        last checkpoint's."""
+        state = self.state
+        spent = time.perf_counter() - start
+        state.checkpoint_time += spent
+        metrics["checkpoint_time_s"] = spent
+        metrics["checkpoint_time_total_s"] = state.checkpoint_time
+        state.last_metrics = metrics
+        return metrics
+
+
 class Game(Loop):
     """Plays ``horizon`` rounds of Algorithm 1 and evaluates checkpoints.
 
@@ -342,12 +355,7 @@ class Game(Loop):
                 f"'{parts.names.get('p_player')}', w-player '{parts.names.get('w_player')}', "
                 f"model '{parts.names.get('model')}')."
             )
-        spent = time.perf_counter() - start
-        state.checkpoint_time += spent
-        metrics["checkpoint_time_s"] = spent
-        metrics["checkpoint_time_total_s"] = state.checkpoint_time
-        state.last_metrics = metrics
-        return metrics
+        return self._timed(metrics, start)
 
     def _failed(self, call: str, t: int, err: BaseException) -> GuardError:
         """A numeric failure inside the p-player, named with the round."""

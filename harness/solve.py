@@ -131,12 +131,7 @@ class SolverRun(Loop):
         if bad:
             raise GuardError(f"non-finite metric(s) {bad} at {state.data_points:,} data points, "
                              f"not logged (solver '{name}', model '{parts.names.get('model')}').")
-        spent = time.perf_counter() - start
-        state.checkpoint_time += spent
-        metrics["checkpoint_time_s"] = spent
-        metrics["checkpoint_time_total_s"] = state.checkpoint_time
-        state.last_metrics = metrics
-        return metrics
+        return self._timed(metrics, start)
 
 
 def _dual_bound(problem, q, w0):

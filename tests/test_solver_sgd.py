@@ -353,21 +353,6 @@ def test_params_are_validated():
     assert validate("sgd", SGD.params, {})["batch"] == 1
 
 
-def test_unsupported_model_is_refused():
-    """A model other than linear_mse / logistic_cel: ConfigError naming the
-    solver, the model and the supported models."""
-    problem = yacht_problem()
-
-    class Hinge:
-        name = "hinge"
-
-    problem.model = Hinge()
-    with pytest.raises(harness.ConfigError) as err:
-        SGD().setup(problem, 0)
-    text = str(err.value)
-    assert "sgd" in text and "hinge" in text and "linear_mse" in text
-
-
 def test_registers_as_sgd():
     """The module's hook registers the class under the name "sgd"."""
     import plugins.sgd

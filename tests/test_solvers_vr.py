@@ -18,6 +18,7 @@ from plugins.lib.capped import capped_simplex_euclidean
 from plugins.lib.spectral import BestResponse, best_response_dense
 from plugins.lsvrg import LSVRG
 from plugins.prospect import Prospect
+from plugins.sgd import SGD
 
 SOLVERS = (Prospect, LSVRG)
 
@@ -249,7 +250,7 @@ def test_default_step_and_log():
         assert cls(lr=0.5).setup(problem, 0)["lr"] == 0.5
 
 
-@pytest.mark.parametrize("cls", SOLVERS)
+@pytest.mark.parametrize("cls", [*SOLVERS, SGD])
 def test_unsupported_model_is_refused(cls):
     """A model other than linear_mse / logistic_cel: ConfigError naming the
     solver, the model and the supported models."""
