@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from harness.api import Prepared, play, prepare
 from harness.config import config_dir, register_options, unknown_option
+from harness.game import GuardError
 from harness.params import ConfigError, RunSkipped, SetupError
 
 
@@ -90,6 +91,17 @@ def interrupted(prepared: Prepared) -> str:
 
 def task(cfg: DictConfig) -> float | None:
     """One game from a composed config; returns the final certified gap (for sweepers)."""
+    return run_task(cfg).get("dual_gap")
+
+
+def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
+    """One run from a composed config, with its summary printed; returns its
+    final metrics (those of the FINISHED run that ``resume=true`` found, when it
+    is skipped). A bad config or a setup error (e.g. data that cannot be read)
+    exits 2. A run that fails while playing (a guard: a non-finite iterate or
+    loss, a numeric error) raises, unless ``failures``: then its error is
+    printed and ``{"failed": 1.0}`` returned (a tuning grid goes on past a step
+    size that diverges)."""
     try:
         prepared = prepare(cfg)
     except ConfigError as err:
@@ -97,27 +109,36 @@ def task(cfg: DictConfig) -> float | None:
         raise SystemExit(2) from None
     bar = _progress_bar(bool(cfg.get("progress", True)), prepared.horizon)
     try:
-        metrics = play(prepared, None if bar is None else lambda t: bar.update(t - bar.n))
+        try:
+            metrics = play(prepared, None if bar is None else lambda t: bar.update(t - bar.n))
+        finally:
+            if bar is not None:
+                bar.close()
     except RunSkipped as skipped:  # e.g. resume=true and the run already finished
-        if bar is not None:
-            bar.close()
         print(f"minimax-bench: {skipped}")
-        return skipped.metrics.get("dual_gap")
-    except (ConfigError, SetupError) as err:
-        if bar is not None:
-            bar.close()
+        return dict(skipped.metrics)
+    except ConfigError as err:
         print(f"minimax-bench: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except SetupError as err:
+        print(f"minimax-bench: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (GuardError, ArithmeticError) as err:
+        if not failures:
+            raise
+        print(f"minimax-bench: error: {err}", file=sys.stderr)
+        return {"failed": 1.0}
     except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
         print(interrupted(prepared), file=sys.stderr)
         raise SystemExit(130) from None
-    finally:
-        if bar is not None:
-            bar.close()
     print(summary(prepared, metrics))
-    return metrics.get("dual_gap")
+    return dict(metrics)
+
+
+def tuning_task(cfg: DictConfig) -> dict[str, float]:
+    """The task of the tuning sweeper (``hydra/sweeper=tune``): ``run_task`` with
+    failures returned, so the sweep goes on past a diverging step size."""
+    return run_task(cfg, failures=True)
 
 
 def main() -> None:

@@ -49,12 +49,15 @@ import os
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from harness import tune
 
 REPORT_TAG = "minimax_bench_report"
 CURVE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality",
@@ -117,15 +120,22 @@ class Scope:
     sweep_name: str | None = None
     #: finished game runs of the experiment left out (other sweeps, single runs)
     left_out: int = 0
+    #: a tuning sweep's record (``tuning.json`` of its parent run, ``harness.tune``)
+    tuning: dict[str, Any] | None = None
+    #: a tuning sweep's runs on the tuning seeds, left out of figures and tables
+    tuning_runs: int = 0
 
     def describe(self, n_runs: int) -> str:
+        tuning = (f"; of tuning sweeps, the evaluation runs (theory and tuned steps): "
+                  f"{self.tuning_runs} runs on the tuning seeds left out"
+                  if self.tuning is not None or self.tuning_runs else "")
         if self.sweep_id is None:
-            return f"reporting all {n_runs} finished runs of the experiment"
+            return f"reporting all {n_runs} finished runs of the experiment{tuning}"
         other = (f"; {self.left_out} other finished runs of the experiment are left out "
                  "(--all reports every run, --sweep RUN_ID another sweep)"
                  if self.left_out else "")
         return (f"reporting sweep {self.sweep_name!r} (parent run {self.sweep_id}): "
-                f"{n_runs} finished runs{other}")
+                f"{n_runs} finished runs{other}{tuning}")
 
 
 def configuration(params: Mapping[str, str]) -> dict[str, str]:
@@ -191,8 +201,9 @@ def _scope(runs: Sequence, sweep: str) -> Scope:
     if sweep == "all":
         return Scope()
     by_id = {r.info.run_id: r for r in runs}
-    parents = {r.info.run_id for r in runs if r.data.tags.get(SWEEP_TAG) == "1"}
-    parents |= {r.data.tags[PARENT_TAG] for r in runs if PARENT_TAG in r.data.tags}
+    # the sweeps with a finished run (a sweep stopped before its first run is no report)
+    parents = {r.data.tags[PARENT_TAG] for r in runs
+               if PARENT_TAG in r.data.tags and _is_game_run(r)}
     if sweep != "latest":
         if sweep not in by_id:
             raise SystemExit(f"minimax-bench-report: error: no run {sweep!r} in the experiment "
@@ -255,6 +266,10 @@ def load_report(uri: str | None, experiment: str, filter_string: str = "",
         scope.left_out = sum(_is_game_run(r) and r.data.tags.get(PARENT_TAG) != scope.sweep_id
                              for r in everything)
         runs = inside
+        scope.tuning = _tuning_record(client, scope.sweep_id)
+    # a tuning sweep's runs on its tuning seeds pick steps; its evaluation runs are the result
+    scope.tuning_runs = sum(r.data.tags.get(tune.ROLE_TAG) == "tune" for r in runs)
+    runs = [r for r in runs if r.data.tags.get(tune.ROLE_TAG) != "tune"]
     runs = _latest_per_seed(runs)
     if not runs:
         where = f" of sweep {scope.sweep_name!r} ({scope.sweep_id})" if scope.sweep_id else ""
@@ -265,8 +280,12 @@ def load_report(uri: str | None, experiment: str, filter_string: str = "",
     if scope.sweep_id is not None:
         preferred = _overridden(client.get_run(scope.sweep_id).data.tags.get("overrides", ""))
     problems = [problem_of(r.data.params, r.data.tags) for r in runs]
-    labels = config_labels([(r.data.tags["algorithm"], problem, configuration(r.data.params))
+    preferred |= {STEP_KEY}  # a tuning sweep's lines: the theory step and the tuned one
+    labels = config_labels([(r.data.tags["algorithm"], problem, _labelled(r))
                             for r, (problem, _) in zip(runs, problems, strict=True)], preferred)
+    labels = [label if f" {STEP_KEY}=" in label or tune.ROLE_TAG not in r.data.tags else
+              f"{label} {STEP_KEY}={STEP_NAMES.get(r.data.tags[tune.ROLE_TAG], '?')}"
+              for label, r in zip(labels, runs, strict=True)]
     grouped: dict[str, Curves] = defaultdict(Curves)
     for run, label, (problem, where) in zip(runs, labels, problems, strict=True):
         params, curves = run.data.params, grouped[label]
@@ -278,6 +297,50 @@ def load_report(uri: str | None, experiment: str, filter_string: str = "",
             curves.trivial[name] = float(params["trivial_objective"])
         curves.problem[name], curves.where[name] = problem, where
     return dict(grouped), scope
+
+
+#: the pseudo-param that labels a tuning sweep's lines (``exp4mp step=tuned``)
+STEP_KEY = "step"
+STEP_NAMES = {"theory": "theory", "tuned": "tuned", "both": "theory=tuned"}
+
+
+def _labelled(run) -> dict[str, str]:
+    """The run's configuration, with its role in a tuning sweep as ``step``."""
+    found = configuration(run.data.params)
+    role = run.data.tags.get(tune.ROLE_TAG)
+    if role in STEP_NAMES:
+        found[STEP_KEY] = STEP_NAMES[role]
+    return found
+
+
+def _tuning_record(client, run_id: str) -> dict[str, Any] | None:
+    """``tuning.json`` of a tuning sweep's parent run; None for another sweep."""
+    import json
+    import tempfile
+
+    if client.get_run(run_id).data.tags.get(tune.TUNING_TAG) != "1":
+        return None
+    quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    with tempfile.TemporaryDirectory() as folder, _environ(quiet):
+        try:
+            path = client.download_artifacts(run_id, tune.TUNING_FILE, folder)
+        except Exception:  # noqa: BLE001 - an unfinished tuning sweep has no record yet
+            return None
+        return json.loads(Path(path).read_text())
+
+
+@contextmanager
+def _environ(values: Mapping[str, str]):
+    """Environment variables set for the block (the user's own settings win)."""
+    saved = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        os.environ.setdefault(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
 
 
 def load(uri: str | None, experiment: str, filter_string: str = "",
@@ -742,14 +805,17 @@ def _write(path: Path, text: str, files: list[Path]) -> None:
 
 
 def write_report(grouped: dict[str, Curves], out: Path, title: str,
-                 args: argparse.Namespace) -> list[Path]:
+                 args: argparse.Namespace, scope: Scope | None = None) -> list[Path]:
     """Every figure and table of the report into ``out``; the files written."""
     problems = split_by_problem(grouped)
+    files: list[Path] = []
+    if scope is not None and scope.tuning is not None:
+        _write(out / "tuning.md", f"# {title}: theory step vs tuned\n\n"
+               + tune.summary_table(scope.tuning), files)
     if len(problems) == 1:
-        files = figures(grouped, out, title, args.x)
+        files += figures(grouped, out, title, args.x)
         text = final_table(grouped)
     else:  # curves of different problems are never pooled: per-problem figures below
-        files = []
         text = "\n".join(f"## {problem}\n\n{final_table(part)}"
                          for problem, part in problems.items())
     _write(out / "final_values.md", f"# {title}\n\n" + text, files)
@@ -788,7 +854,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(scope.describe(sum(len(c.runs) for c in grouped.values())))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    files = write_report(grouped, out, args.title or args.experiment, args)
+    files = write_report(grouped, out, args.title or args.experiment, args, scope)
     print(f"wrote {len(files)} files to {out}/")
     if args.no_log:
         return 0

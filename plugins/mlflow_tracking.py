@@ -39,6 +39,8 @@ open it; an interrupted run's notice says that the run is marked KILLED.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import gc
 import json
 import os
@@ -52,9 +54,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 import harness
-from harness import ConfigError, Param, state
+from harness import ConfigError, Param, state, tune
 from harness.params import validate
 
 SWEEP_FILE = "sweep.json"
@@ -79,6 +82,9 @@ PARAMS: dict[str, Param] = {
     "experiment": Param(str, default="minimax-bench", nullable=True, doc="experiment name"),
     "run_name": Param(str, nullable=True,
                       doc="run name; None: <algorithm>-<dataset>-k<k>-s<seed>"),
+    "tuning": Param(str, nullable=True, choices=("tune", "theory", "tuned", "both"),
+                    doc="the run's role in a tuning sweep (hydra/sweeper=tune), its tag "
+                        "'tuning'; set by that sweeper"),
 }
 
 
@@ -143,12 +149,23 @@ def _run_experiment(client, name: str, *, create: bool = True) -> tuple[str | No
     return _experiment_id(client, name), None
 
 
-def run_name(context) -> str:
+#: a tuning sweep's roles as they end a run name
+ROLE_NAMES = {"tune": "tune", "theory": "theory", "tuned": "tuned", "both": "theory=tuned"}
+
+
+def run_name(context, role: str | None = None) -> str:
     """``<algorithm>-<dataset>-k<k>-s<seed>``: the p-player of the game (or the
-    whole-algorithm solver), the data set, the set's k and the seed."""
+    whole-algorithm solver), the data set, the set's k and the seed; then each
+    step-size multiplier that is not 1 (``-eta_scale=3``) and the run's role in
+    a tuning sweep (``-tune``, ``-theory``, ``-tuned``, ``-theory=tuned``)."""
     tags = context.tags
-    return (f"{tags['algorithm']}-{tags['dataset']}-k{context.parts.constraint.k}"
-            f"-s{tags['seed']}")
+    scales = [f"{key.rsplit('.', 1)[-1]}={float(value):.3g}"
+              for key, value in sorted(context.params.items())
+              if key.split(".", 1)[0] in tune.ALGORITHM_KEYS and key.endswith("_scale")
+              and isinstance(value, int | float) and not isinstance(value, bool)
+              and float(value) != 1.0]
+    return "-".join([tags["algorithm"], tags["dataset"], f"k{context.parts.constraint.k}",
+                     f"s{tags['seed']}", *scales] + ([ROLE_NAMES[role]] if role else []))
 
 
 def _client(uri: str | None):
@@ -244,16 +261,19 @@ def check_before_start(context):
 
 def _refuse_finished(context, settings: dict[str, Any]) -> None:
     """Raise ``AlreadyFinished`` if the run's experiment holds a FINISHED run
-    tagged with this run's config key."""
+    tagged with this run's config key; inside a sweep, one of that sweep (its
+    parent run): a sweep's report then finds every run it reused, and another
+    sweep computes its own."""
     client = _client(settings.get("uri") or None)
-    experiment_id, _ = _run_experiment(client, settings.get("experiment") or "minimax-bench",
-                                       create=False)
+    experiment_id, parent = _run_experiment(
+        client, settings.get("experiment") or "minimax-bench", create=False)
     if experiment_id is None:
         return
+    inside = f" and tags.`mlflow.parentRunId` = '{parent}'" if parent else ""
     found = client.search_runs(
         [experiment_id],
         filter_string=(f"tags.{CONFIG_KEY_TAG} = '{context.state[CONFIG_KEY_TAG]}' "
-                       "and attributes.status = 'FINISHED'"),
+                       f"and attributes.status = 'FINISHED'{inside}"),
         order_by=["attributes.start_time DESC"], max_results=1)
     if found:
         run = found[0]
@@ -289,13 +309,16 @@ def _start(context, settings: dict[str, Any]) -> None:
         handle["logged_through"] = max([last] + [r["step"] for r in handle["pending"]])
         return
     tags = dict(context.tags)
+    if settings.get("tuning"):
+        tags[tune.ROLE_TAG] = settings["tuning"]
     if CONFIG_KEY_TAG in context.state:
         tags[CONFIG_KEY_TAG] = context.state[CONFIG_KEY_TAG]
     experiment_id, parent_run_id = _run_experiment(client, name)
     if parent_run_id is not None:
         tags["mlflow.parentRunId"] = parent_run_id
     run = client.create_run(experiment_id, tags=tags,
-                            run_name=settings.get("run_name") or run_name(context))
+                            run_name=settings.get("run_name")
+                            or run_name(context, settings.get("tuning")))
     run_id = run.info.run_id
     ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
     context.state["mlflow"] = {**ids, "client": client, "pending": []}
@@ -488,6 +511,10 @@ def sweep_name(config, now: datetime | None = None) -> str:
         given = {o.lstrip("+~").split("=", 1)[0] for o in swept}
         words = swept + [f"{k}={v}" for k, v in params.items() if k not in given]
         words = words or [o for o in fixed if not o.lstrip("+~").startswith("tracking.")]
+        if str(hc.get("sweeper", {}).get("_target_", "")).endswith("TuneSweeper"):
+            algorithms = [str(a) for a in hc.sweeper.get("algorithms") or []]
+            words = ["tune"] + ([",".join(algorithms)] if algorithms else []) + [
+                w for w in words if not w.startswith("hydra.sweeper.algorithms=")]
     stamp = (now or datetime.now()).strftime("%Y-%m-%d %H:%M")
     return " ".join(["sweep", *_cut(words, _MAX_SWEEP_LABEL), stamp])
 
@@ -517,14 +544,17 @@ def _cut(words: Iterable[str], limit: int) -> list[str]:
     return kept
 
 
-def sweep_key(overrides: Iterable[str]) -> str:
+def sweep_key(overrides: Iterable[str], sweeper: Mapping[str, Any] | None = None) -> str:
     """What identifies a sweep across relaunches: a hash of its command-line
-    overrides without ``resume=...`` (a relaunch with ``resume=true`` finishes
-    the sweep it names, under the same parent run)."""
+    overrides without ``resume=...`` and of its sweeper's settings (a preset's
+    swept values, a tuning sweep's grid, seeds and algorithms): a relaunch with
+    ``resume=true`` finishes the sweep it names, under the same parent run, and
+    a sweep with another grid gets a parent of its own."""
     import hashlib
 
     kept = sorted(o for o in overrides if not o.lstrip("+~").startswith("resume="))
-    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+    text = "\n".join(kept) + "\n" + json.dumps(sweeper or {}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class SweepCallback(Callback):
@@ -542,7 +572,8 @@ class SweepCallback(Callback):
         experiment_id = _experiment_id(client, name)
         sweep_dir = Path(config.hydra.sweep.dir)
         overrides = " ".join(config.hydra.overrides.task)
-        key = sweep_key(config.hydra.overrides.task)
+        sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=True)
+        key = sweep_key(config.hydra.overrides.task, sweeper)
         parent_id = None
         if config.get("resume"):  # the sweep it finishes keeps one parent: its runs stay together
             found = client.search_runs(
@@ -564,13 +595,35 @@ class SweepCallback(Callback):
                              "experiment_id": experiment_id,
                              "parent_run_id": parent_id}}
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(record, indent=2))
+        # a sweep that stops before its end (a refused sweeper config, an interrupt)
+        # leaves its parent run FAILED rather than RUNNING; a relaunch with
+        # resume=true takes it up again
+        self._open = (client, parent_id)
+        atexit.register(self._abandon)
+
+    def _abandon(self) -> None:
+        opened, self._open = getattr(self, "_open", None), None
+        if opened is not None:
+            with contextlib.suppress(Exception):
+                opened[0].set_terminated(opened[1], status="FAILED")
 
     def on_multirun_end(self, config, **kwargs: Any) -> None:
+        """Close the parent run; a tuning sweep's ``tuning.json`` goes onto it first."""
         path = Path(config.hydra.sweep.dir) / SWEEP_FILE
         if not path.is_file():
             return
         record = json.loads(path.read_text())["mlflow"]
-        _client(record["uri"]).set_terminated(record["parent_run_id"])
+        client = _client(record["uri"])
+        parent = record["parent_run_id"]
+        tuning = Path(config.hydra.sweep.dir) / tune.TUNING_FILE
+        if tuning.is_file():
+            found = json.loads(tuning.read_text())
+            client.log_artifact(parent, str(tuning))
+            client.set_tag(parent, tune.TUNING_TAG, "1")
+            client.set_tag(parent, "tuning_rule", found["rule"][:5000])
+            client.set_tag(parent, "tuning_grid", ", ".join(f"{m:.6g}" for m in found["grid"]))
+        client.set_terminated(parent)
+        self._open = None
 
 
 if __name__ == "__main__":
