@@ -298,16 +298,22 @@ def exp4mp_project(ps, ks, refresh):  # pragma: no cover - compiled
         ref[0] = 0.0
         since[0] = 0
     mass = 0.0
-    for i in range(n):
-        capped[i] = False
     lam = 0.0
+    first = True
     while True:
         total = 0.0
         free = 0
-        for i in range(n):
-            if not capped[i]:
+        if first:  # the capped set grows from empty: every row is free
+            for i in range(n):
+                capped[i] = False
                 total += w[i]
-                free += 1
+            free = n
+            first = False
+        else:
+            for i in range(n):
+                if not capped[i]:
+                    total += w[i]
+                    free += 1
         if free == 0:
             if mass >= 1.0 - 1e-12:
                 break

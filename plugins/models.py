@@ -77,7 +77,7 @@ class _ScaledLoss:
     def compiled(self) -> Compiled | None:
         """The compiled form (``harness.engine``): ``losses`` and ``grad`` as
         kernels on ``(scale, clips, clip count, classes, scratch, fresh)``;
-        ``losses`` leaves the rows' residuals or log-probabilities in
+        ``losses`` leaves the rows' residuals (or log-probabilities and probabilities) in
         ``scratch`` for the ``grad`` that follows it. The clip count is
         written back to ``n_clipped`` after each compiled call."""
         if replaces(self, _ScaledLoss, ("losses", "grad")):
@@ -85,7 +85,7 @@ class _ScaledLoss:
         classes = int(getattr(self, "C_", 1))
         state = (float(self.scale_), bool(self.clips_),
                  np.array([self.n_clipped], dtype=np.int64), classes,
-                 np.empty(int(getattr(self, "rows_", 0)) * classes),
+                 np.empty(2 * int(getattr(self, "rows_", 0)) * classes),
                  np.full(1, -1, dtype=np.int64))
 
         def store(state) -> None:
@@ -374,11 +374,14 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
 @njit(cache=True)
 def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
     """Row-wise log-softmax of the logits of ``rows`` (``C x (d + 1)`` row-major
-    ``w``), flat ``rows x C``, kept for the next ``grad``."""
+    ``w``), flat ``rows x C``, then the softmax ``exp(z_c - top) / total``
+    (the terms of the log's sum, divided: no second ``exp``), flat after it;
+    both kept for the next ``grad``."""
     d = X.shape[1]
     scratch, fresh = ms[4], ms[5]
     size = rows.size * C
-    logp = scratch[:size] if size <= scratch.size else np.empty(size)
+    both = scratch[:2 * size] if 2 * size <= scratch.size else np.empty(2 * size)
+    logp, prob = both[:size], both[size:]
     blas = rows.size >= BLAS_ROWS
     if blas:
         W = w.reshape((C, d + 1))
@@ -397,12 +400,17 @@ def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
         total = 0.0
         for c in range(C):
             logp[at + c] -= top
-            total += np.exp(logp[at + c])
+            v = logp[at + c]
+            # the largest logit's term is exp(0) = 1 exactly: no call
+            e = 1.0 if v == 0.0 else np.exp(v)
+            prob[at + c] = e
+            total += e
         lt = np.log(total)
         for c in range(C):
             logp[at + c] -= lt
-    fresh[0] = rows.size if size <= scratch.size else -1
-    return logp
+            prob[at + c] /= total
+    fresh[0] = rows.size if 2 * size <= scratch.size else -1
+    return both
 
 
 @njit(cache=True)
@@ -410,7 +418,7 @@ def logistic_cel_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LogisticCEL.losses`` of ``rows``: cross-entropy over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
     C = ms[3]
-    logp = _logistic_logp(ms, w, X, y, rows, C)
+    logp = _logistic_logp(ms, w, X, y, rows, C)[:rows.size * C]
     raw = np.empty(rows.size)
     for j in range(rows.size):
         raw[j] = -logp[j * C + y[rows[j]]]
@@ -422,10 +430,12 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
     """``LogisticCEL.grad``: ``(softmax - onehot) weights`` packed as ``C x (d + 1)``."""
     scale, clips, C = ms[0], ms[1], ms[3]
     d = X.shape[1]
-    logp = _cached(ms, rows, C)
-    if logp.size == 0 and rows.size > 0:
-        logp = _logistic_logp(ms, w, X, y, rows, C)
+    both = _cached(ms, rows, 2 * C)
+    if both.size == 0 and rows.size > 0:
+        both = _logistic_logp(ms, w, X, y, rows, C)
         ms[5][0] = -1
+    size = rows.size * C
+    logp, prob = both[:size], both[size:2 * size]
     g = np.zeros(C * (d + 1))
     if rows.size >= BLAS_ROWS:
         G = np.zeros((rows.size, C))
@@ -434,7 +444,7 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
             if clips and -logp[j * C + label] > scale:
                 continue
             for c in range(C):
-                s = np.exp(logp[j * C + c])
+                s = prob[j * C + c]
                 if c == label:
                     s -= 1.0
                 G[j, c] = s * weights[j]
@@ -454,7 +464,7 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
                 continue
             x = X[rows[j]]
             for c in range(C):
-                s = np.exp(logp[j * C + c])
+                s = prob[j * C + c]
                 if c == label:
                     s -= 1.0
                 s *= weights[j]

