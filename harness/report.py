@@ -37,6 +37,12 @@ split by problem (data set, preparation, k, mu/nu). It writes
   least two problems: per configuration, the fraction of problems it solves
   (``--target-metric`` <= ``--target``) within a factor tau of the best cost;
 
+* for a tuning sweep (``hydra/sweeper=tune``, ``harness.tune``), ``tuning.md``:
+  per problem, each algorithm's selected step multipliers (``(edge)`` at an
+  end of the grid) and its median final relative suboptimality at the theory
+  step and tuned, with both rankings, then every grid point's score; runs on
+  the tuning seeds (tag ``tuning=tune``) are left out of every report;
+
 and logs them as artifacts of the sweep's parent run (``report/``) when the
 report covers one sweep, else of a summary run (tag ``minimax_bench_report``)
 in the same experiment.
