@@ -88,19 +88,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def kind_of(group: str) -> str:
-    return "solver" if group == "solver" else group
-
-
 def first_scale(cls: type) -> list[str]:
     """The first ``<x>_scale`` parameter of a component's table (none: nothing to tune)."""
     return [name for name in getattr(cls, "params", {}) if name.endswith("_scale")][:1]
-
-
-def components() -> Any:
-    from harness.registry import default_registry
-
-    return default_registry()
 
 
 def job_metrics(ret: Any) -> dict[str, float]:
@@ -115,10 +105,8 @@ def job_metrics(ret: Any) -> dict[str, float]:
 
 def median_of(runs: Sequence[Mapping[str, float]], metric: str) -> float | None:
     """The median of ``metric`` over runs that have it finite; None if any lacks it."""
-    values = [r.get(metric) for r in runs]
-    if not values or any(v is None or not math.isfinite(v) for v in values):
-        return None
-    return float(statistics.median(values))
+    value = score([r.get(metric) for r in runs], "median")
+    return None if math.isinf(value) else value
 
 
 def multiplier_text(m: float, grid: Sequence[float] = ()) -> str:

@@ -17,16 +17,15 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from harness.params import ConfigError
+from harness.registry import default_registry
 from harness.tune import (
     ALGORITHM_KEYS,
     ROLE_TAG,
     RULES,
     TUNING_FILE,
-    components,
     default_grid,
     first_scale,
     job_metrics,
-    kind_of,
     plain,
     refuse,
     score,
@@ -149,7 +148,7 @@ class TuneSweeper(Sweeper):
                 swept[key] = [f"{key}={v}" for v in override.sweep_string_iterator()]
             else:
                 swept[key] = [f"{key}={override.get_value_element_as_str()}"]
-        registry = components()
+        registry = default_registry()
         algorithms = [self._algorithm_overrides(registry, a) for a in self.algorithms] or [[]]
         found = []
         for base in itertools.product(*swept.values()):
@@ -197,15 +196,15 @@ class TuneSweeper(Sweeper):
             keys = self.tune[algorithm]
         else:
             keys = [f"{g}.{p}" for g in groups
-                    for p in first_scale(registry.get(kind_of(g), names[g]).cls)]
+                    for p in first_scale(registry.get(g, names[g]).cls)]
         for key in keys:
             group, _, param = key.partition(".")
-            table = (getattr(registry.get(kind_of(group), names[group]).cls, "params", {})
+            table = (getattr(registry.get(group, names[group]).cls, "params", {})
                      if group in names else {})
             if (param not in table or table[param].type is not float
                     or not param.endswith("_scale")):
                 scales = [f"{g}.{q}" for g in names for q in
-                          getattr(registry.get(kind_of(g), names[g]).cls, "params", {})
+                          getattr(registry.get(g, names[g]).cls, "params", {})
                           if q.endswith("_scale")]
                 raise ConfigError(f"hydra.sweeper.tune: {algorithm} cannot tune {key!r}: not a "
                                   f"step-size multiplier (<x>_scale) of its components. "
