@@ -88,7 +88,7 @@ from {m_mod} import {m_pre}_losses as m_losses, {m_pre}_grad as m_grad
 from {w_mod} import {w_pre}_iterate as w_iterate, {w_pre}_step as w_step
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def play(first, last, rng, X, y, a_sum, ps, ks, ms, ws, info):
     """Rounds first..last of Algorithm 1; info = [round, phase, data points]."""
     dp = info[2]

@@ -32,7 +32,7 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _sigmoid_at(z):  # pragma: no cover - compiled
     """``1 / (1 + e^-z)`` at one point, without overflow (``e^z / (1 + e^z)`` for
     ``z < 0``), with the C library's ``exp``. The root finder (``_dpp_solve``), the
@@ -46,7 +46,7 @@ def _sigmoid_at(z):  # pragma: no cover - compiled
     return e / (1.0 + e)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _sigmoid_into(z, out):  # pragma: no cover - compiled
     """``out = _sigmoid_at(z)`` elementwise."""
     for i in range(z.size):
@@ -61,7 +61,7 @@ def dpp_shift(log_w: np.ndarray, k: float, start: float = -np.inf) -> float:
     return _dpp_solve(log_w, float(k), float(start), np.empty(log_w.size), False)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _dpp_solve(log_w, k, start, sig, fresh):  # pragma: no cover - compiled
     """``dpp_shift``, compiled: steps kept inside a bracket that every step
     shrinks, with a bisection step whenever a step would leave it.
@@ -131,7 +131,7 @@ def _dpp_solve(log_w, k, start, sig, fresh):  # pragma: no cover - compiled
     return nu  # not reached
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _extremes(x):  # pragma: no cover - compiled
     """``(x.max(), x.min())``, NaN for both if any entry is NaN (as numpy's), in
     four interleaved scans (the order does not change a maximum or a minimum)."""
@@ -163,7 +163,7 @@ def _extremes(x):  # pragma: no cover - compiled
     return max(max(top0, top1), max(top2, top3)), min(min(low0, low1), min(low2, low3))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _moment_terms(s):  # pragma: no cover - compiled
     """``sigmoid`` and its first five derivatives at a point where it is ``s``."""
     d = s * (1.0 - s)
@@ -172,7 +172,7 @@ def _moment_terms(s):  # pragma: no cover - compiled
             d * (1.0 - 30.0 * d + 120.0 * d * d))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _moments(sig):  # pragma: no cover - compiled
     """The sums over ``i`` of ``_moment_terms(sig[i])``, each as four partial
     sums over ``i mod 4`` (the tail in the first) added pairwise at the end."""
@@ -227,7 +227,7 @@ def _moments(sig):  # pragma: no cover - compiled
             (d0 + d1) + (d2 + d3), (e0 + e1) + (e2 + e3), (f0 + f1) + (f2 + f3))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _sigmoid_pass(log_w, nu, sig):  # pragma: no cover - compiled
     """``sig = sigmoid(nu + log_w)`` and the first two sums of ``_moments(sig)``
     (``sum s``, ``sum s (1 - s)``), in the same four partial sums."""
@@ -259,7 +259,7 @@ def _sigmoid_pass(log_w, nu, sig):  # pragma: no cover - compiled
     return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _taylor_root(g, m1, m2, m3, m4, m5):  # pragma: no cover - compiled
     """The root near ``-g / m1`` of ``g + m1 x + m2 x^2/2 + m3 x^3/6 + m4 x^4/24 +
     m5 x^5/120`` (Newton's method on the polynomial, at most 8 steps)."""
@@ -455,7 +455,7 @@ class AdaCVaR:
         return None
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _running_sums(p):  # pragma: no cover - compiled
     """``np.cumsum(p)``: the running sums in index order."""
     out = np.empty(p.size)
@@ -466,7 +466,7 @@ def _running_sums(p):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def adacvar_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``AdaCVaR.propose``. Authors' variant: one row ``i`` with probability
     ``p_i`` (the inverse CDF at ``u`` times the total, as ``np.searchsorted(...,
@@ -514,7 +514,7 @@ def adacvar_propose(ps, ks, rng):  # pragma: no cover - compiled
     return rows, weights
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def adacvar_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     """``AdaCVaR.observe`` and ``AdaCVaR._refresh``: the authors' EXP3 step on
     ``1 - L`` (``log w_j -= eta m_j (1 - L_j) / (m_j + eps)``, multiplicities

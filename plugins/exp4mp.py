@@ -39,8 +39,10 @@ class Exp4MP:
     over all ``i not in J_t``); ``confidence="sampled"`` restricts it to the
     sampled rows, as the algorithm box writes it.
 
-    Weights are kept as log-weights rebased to max 0 every round, so any
-    number of rounds neither overflows nor underflows the largest weight.
+    Weights are kept as log-weights, rebased to max 0 at least every 4,096
+    rounds and whenever the largest may have grown by 200 (``log_w_`` shows
+    them rebased), so any number of rounds neither overflows nor underflows
+    the largest weight.
     Defaults (Theorem 4.1, ``th:topk``): ``gamma = sqrt(n log(n/k) / (k T))``,
     ``eta = k gamma / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``.
     Per round: O(n) (the dense confidence update and the projection).
@@ -139,21 +141,29 @@ class Exp4MP:
         self.conf_ = self.c_ / math.sqrt(n * T)
         caps = constraint.row_caps()  # th:EXP4.MP is proven on S_{n,k} only
         self.proven_ = caps is not None and bool(np.all(caps == 1.0 / k))
-        self.log_w_ = np.zeros(n)
-        self.weights_ = np.ones(n)  # exp(log_w - ref), kept in step with log_w
+        self.log_w_raw_ = np.zeros(n)
+        self.weights_ = np.ones(n)  # exp(log_w), kept in step with log_w
         self.p_ = np.empty(n)
         self.capped_ = np.zeros(n, dtype=bool)
-        self.state_ = (self.log_w_, self.weights_, np.zeros(1), self.p_, self.capped_,
-                       np.zeros(1, dtype=np.int64), float(self.eta_), float(self.gamma_),
+        # book: a bound on max log_w and the capped rows' cap mass; since:
+        # rounds since the weights were recomputed and the number of free rows
+        self.state_ = (self.log_w_raw_, self.weights_, np.zeros(2), self.p_, self.capped_,
+                       np.array([0, n], dtype=np.int64), float(self.eta_), float(self.gamma_),
                        float(self.conf_), self.confidence == "all")
         self.set_state_ = capped_set_state(caps, k, "depround",
                                            abs(float(caps.sum()) - 1.0) <= 1e-12)
-        exp4mp_project(self.state_, self.set_state_, True)
+        exp4mp_project(self.state_, self.set_state_, True, 0.0)
         return {"eta": self.eta_, "gamma": self.gamma_, "c": self.c_, "delta": self.delta}
 
     @property
     def p(self) -> np.ndarray:
         return self.p_
+
+    @property
+    def log_w_(self) -> np.ndarray:
+        """The log-weights rebased to max 0 (a copy; the state rebases them
+        only now and then, ``exp4mp_project``)."""
+        return self.log_w_raw_ - self.log_w_raw_.max()
 
     def propose(self, rng: np.random.Generator) -> Proposal:
         self.rows_, self.mult_ = self.constraint_.sample(self.p_, rng)
@@ -192,7 +202,7 @@ class Exp4MP:
                 + 2 * eta * eps * eps * n * n * t / (k * k * gamma) + a / eps)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exp4mp_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Exp4MP.propose``: a draw with mean ``p_t`` (Line 11); batch weights ``m / k``."""
     rows, mult = capped_set_sample(ks, ps[3], rng)
@@ -207,50 +217,46 @@ def exp4mp_propose(ps, ks, rng):  # pragma: no cover - compiled
 REFRESH_ROUNDS = 4096
 
 
-@njit(cache=True)
+#: increments below this take ``_exp_taylor``
+TAYLOR_BELOW = 1e-2
+
+
+@njit(cache=True, error_model="numpy")
+def _exp_taylor(d):  # pragma: no cover - compiled
+    """``exp(d)`` for ``|d| < TAYLOR_BELOW`` by its degree-6 Taylor polynomial
+    (the rest, below ``d^7 / 5040``, is under 2e-18 relative: within rounding
+    of ``exp``)."""
+    return 1.0 + d * (1.0 + d * (0.5 + d * (1.0 / 6.0 + d * (1.0 / 24.0 + d * (
+        1.0 / 120.0 + d * (1.0 / 720.0))))))
+
+
+@njit(cache=True, error_model="numpy")
 def _exp_small(d):  # pragma: no cover - compiled
-    """``exp(d)``: a degree-4 Taylor polynomial for ``|d| < 1e-3`` (the rest,
-    ``d^5/120``, is below 1e-17 relative: within rounding of ``exp``)."""
-    if -1e-3 < d < 1e-3:
-        return 1.0 + d * (1.0 + d * (0.5 + d * (1.0 / 6.0 + d * (1.0 / 24.0))))
+    """``exp(d)``: ``_exp_taylor`` below ``TAYLOR_BELOW``, else ``np.exp``."""
+    if -TAYLOR_BELOW < d < TAYLOR_BELOW:
+        return _exp_taylor(d)
     return np.exp(d)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     """``Exp4MP.observe``: Lines 12-15 of Algorithm 2, then the next round's
     projection (Lines 3-10, ``exp4mp_project``). The multiplicities are ``k``
     times the batch weights.
 
     The log-weights ``log w`` are the state, as in the class docstring. Beside
-    them the weights ``exp(log w - ref)`` are kept up to date by multiplying
+    them the weights ``w = exp(log w)`` are kept up to date by multiplying
     each by ``exp`` of its increment (the confidence increments are below
-    1e-3 at the defaults, where ``_exp_small`` needs no ``exp`` call), so the
-    projection needs no ``exp`` of n rows; they are recomputed from ``log w``
-    every ``REFRESH_ROUNDS`` rounds and whenever their range grows large, so
-    their rounding never drifts by more than about 1e-13 relative."""
-    log_w, w, ref, p, capped, since, eta, gamma, conf, all_rows = ps
+    1e-2 at the defaults, where ``_exp_small`` needs no ``exp`` call), so the
+    projection needs no ``exp`` of n rows. Every ``REFRESH_ROUNDS`` rounds,
+    and whenever the largest log-weight may have grown by 200, the
+    log-weights are rebased to max 0 and the weights recomputed from them, so
+    their rounding never drifts by more than about 1e-13 relative. The sampled
+    rows' gains (Line 14) come first; the confidence term (Line 15) on every
+    uncapped row is then added in the projection's first pass."""
+    log_w, w, book, p, capped, since, eta, gamma, conf, all_rows = ps
     k = ks[2]
-    n = p.size
     stale = False
-    if all_rows:
-        c = eta * conf
-        if c * n / (k * gamma) < 1e-3 if gamma > 0.0 else False:
-            # every p_i >= gamma / n, so every increment is below 1e-3: one
-            # branch-free pass (vectorised) with the Taylor polynomial of exp
-            for i in range(n):
-                d = 0.0 if capped[i] else c * (1.0 / (k * p[i]))
-                log_w[i] += d
-                w[i] *= 1.0 + d * (1.0 + d * (0.5 + d * (1.0 / 6.0 + d * (1.0 / 24.0))))
-        else:
-            for i in range(n):
-                if not capped[i]:
-                    d = c * (1.0 / (k * p[i]))
-                    log_w[i] += d
-                    if d > 100.0:
-                        stale = True
-                    else:
-                        w[i] *= _exp_small(d)
     for j in range(rows.size):
         i = rows[j]
         if capped[i]:
@@ -265,26 +271,36 @@ def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
             stale = True
         else:
             w[i] *= np.exp(gain)
-    top = log_w.max()
-    for i in range(n):
-        log_w[i] -= top
-    ref[0] -= top
+        if log_w[i] > book[0]:
+            book[0] = log_w[i]
     since[0] += 1
-    exp4mp_project(ps, ks, stale)
+    exp4mp_project(ps, ks, stale, eta * conf if all_rows else 0.0)
     return weights, rows, weights
 
 
-@njit(cache=True)
-def exp4mp_project(ps, ks, refresh):  # pragma: no cover - compiled
-    """Lines 3-10 of Algorithm 2 on the weights: ``q_i = min(kappa_i, lam w_i)``
-    with the capped set grown from empty as in ``kl_projection_row_caps``
-    (Lemma C.2; a row is capped when ``lam w_i > kappa_i (1 + CAP_TOL)``), then
-    ``p = (1 - gamma) q + gamma / n`` and ``p_i = c_i`` on capped rows. If the
-    uncapped rows' weights are below 1e-250 of the largest (the capped rows
-    dominate by more than ``exp(575)``), the log-domain projection
-    ``kl_projection_row_caps`` is used for the round instead."""
-    log_w, w, ref, p, capped, since, eta, gamma, conf, all_rows = ps
-    caps, point = ks[0], ks[4]
+@njit(cache=True, error_model="numpy")
+def exp4mp_project(ps, ks, refresh, c):  # pragma: no cover - compiled
+    """Lines 3-10 of Algorithm 2 on the weights, after adding the confidence
+    term ``c / (k p_i)`` (Line 15; ``c = 0``: none) to every row outside the
+    last capped set.
+
+    ``q_i = min(kappa_i, lam w_i)`` with ``sum q = 1`` (Lemma C.2). The capped
+    set is warm-started from the last round's: its ``lam`` is accepted when
+    it meets the projection's conditions (every capped row ``lam w_i >=
+    kappa_i``, every other ``lam w_i <= kappa_i (1 + CAP_TOL)``; then
+    ``sum_i min(kappa_i, lam w_i) = 1``, which fixes the projection), else
+    the set is grown from empty as in ``kl_projection_row_caps``. Then
+    ``p = (1 - gamma) q + gamma / n`` and ``p_i = c_i`` on capped rows. If
+    the uncapped rows' weights are below 1e-250 of the largest (the capped
+    rows dominate by more than ``exp(575)``), the log-domain projection
+    ``kl_projection_row_caps`` is used for the round instead.
+
+    The capped set's size and cap mass are kept beside it, so the common
+    round (the last capped set still right) is three passes over the rows
+    that vectorise or keep four running sums: the confidence term, the sum
+    of the free weights, and ``p`` with the check."""
+    log_w, w, book, p, capped, since, eta, gamma, conf, all_rows = ps
+    caps, k, point = ks[0], ks[2], ks[4]
     n = p.size
     if point:
         for i in range(n):
@@ -292,41 +308,78 @@ def exp4mp_project(ps, ks, refresh):  # pragma: no cover - compiled
             capped[i] = True
         return
     kappa, log_kappa = capped_set_kappa(ks, gamma)
-    if refresh or since[0] >= REFRESH_ROUNDS or ref[0] < -200.0:
-        for i in range(n):  # max log_w is 0
+    if c > 0.0:
+        if gamma > 0.0 and c * n / (k * gamma) < TAYLOR_BELOW:
+            # every p_i >= gamma / n: every increment is below TAYLOR_BELOW,
+            # the Taylor polynomial of exp in a pass free of branches
+            for i in range(n):
+                d = 0.0 if capped[i] else c * (1.0 / (k * p[i]))
+                log_w[i] += d
+                w[i] *= _exp_taylor(d)
+            book[0] += c * n / (k * gamma)
+        else:
+            for i in range(n):
+                if not capped[i]:
+                    d = c * (1.0 / (k * p[i]))
+                    log_w[i] += d
+                    if d > 100.0:
+                        refresh = True
+                    else:
+                        w[i] *= _exp_small(d)
+                    if log_w[i] > book[0]:
+                        book[0] = log_w[i]
+    if refresh or since[0] >= REFRESH_ROUNDS or book[0] > 200.0:
+        high = log_w.max()
+        for i in range(n):
+            log_w[i] -= high
             w[i] = np.exp(log_w[i])
-        ref[0] = 0.0
+        book[0] = 0.0
         since[0] = 0
-    mass = 0.0
+    free = since[1]
+    if free > 0:
+        total = _free_total(w, capped)
+        if total > 1e-250 * np.exp(book[0]):
+            mass = book[1]
+            lam = (1.0 - mass) / total if mass < 1.0 else 0.0
+            if _settle(p, w, capped, caps, kappa, lam, gamma, True):
+                return
+    # the last capped set does not hold: grow it from empty
     lam = 0.0
+    mass = 0.0
     first = True
     while True:
         total = 0.0
         free = 0
-        if first:  # the capped set grows from empty: every row is free
-            for i in range(n):
+        for i in range(n):
+            if first:
                 capped[i] = False
+            if not capped[i]:
                 total += w[i]
-            free = n
-            first = False
-        else:
-            for i in range(n):
-                if not capped[i]:
-                    total += w[i]
-                    free += 1
+                free += 1
+        first = False
+        book[1] = mass
+        since[1] = free
         if free == 0:
             if mass >= 1.0 - 1e-12:
                 break
             raise ValueError("the KL projection onto the capped simplex has too few rows "
                              "with positive weight")
-        if not total > 1e-250 * np.exp(-ref[0]):
+        if not total > 1e-250 * np.exp(book[0]):
             q, mask, feasible = kl_projection_row_caps(log_w, kappa, log_kappa)
             if not feasible:
                 raise ValueError("the KL projection onto the capped simplex has too few rows "
                                  "with positive weight")
+            mass = 0.0
+            free = 0
             for i in range(n):
                 capped[i] = mask[i]
                 p[i] = caps[i] if mask[i] else (1.0 - gamma) * q[i] + gamma / n
+                if mask[i]:
+                    mass += kappa[i]
+                else:
+                    free += 1
+            book[1] = mass
+            since[1] = free
             return
         rest = 1.0 - mass
         lam = rest / total if rest > 0.0 else 0.0
@@ -338,8 +391,40 @@ def exp4mp_project(ps, ks, refresh):  # pragma: no cover - compiled
                 grew = True
         if not grew:
             break
+    _settle(p, w, capped, caps, kappa, lam, gamma, False)
+
+
+@njit(cache=True, error_model="numpy")
+def _free_total(w, capped):  # pragma: no cover - compiled
+    """The sum of the weights outside the capped set, in four running sums
+    (row ``i`` into sum ``i mod 4``), added as ``(s0 + s1) + (s2 + s3)``."""
+    n = w.size
+    s0 = s1 = s2 = s3 = 0.0
+    top = n - n % 4
+    for i in range(0, top, 4):
+        s0 += 0.0 if capped[i] else w[i]
+        s1 += 0.0 if capped[i + 1] else w[i + 1]
+        s2 += 0.0 if capped[i + 2] else w[i + 2]
+        s3 += 0.0 if capped[i + 3] else w[i + 3]
+    for i in range(top, n):
+        s0 += 0.0 if capped[i] else w[i]
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, error_model="numpy")
+def _settle(p, w, capped, caps, kappa, lam, gamma, check):  # pragma: no cover - compiled
+    """``p_i = c_i`` on capped rows, ``(1 - gamma) lam w_i + gamma / n`` on the
+    others (Line 10); with ``check``, whether ``lam`` meets the projection's
+    conditions for this capped set (``exp4mp_project``)."""
+    n = p.size
+    bad = 0
     for i in range(n):
-        p[i] = caps[i] if capped[i] else (1.0 - gamma) * (lam * w[i]) + gamma / n
+        v = lam * w[i]
+        cap = capped[i]
+        p[i] = caps[i] if cap else (1.0 - gamma) * v + gamma / n
+        if check:
+            bad += (v < kappa[i]) if cap else (v > kappa[i] * (1.0 + CAP_TOL))
+    return bad == 0
 
 
 @harness.hookimpl

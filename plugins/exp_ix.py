@@ -133,7 +133,7 @@ class Exp3IX:
                 + (eta / 2 + gamma) * (n * t + math.log(2 / delta) / (2 * gamma)))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _exp(log_w):  # pragma: no cover - compiled
     """``exp(log_w)`` row by row, as the kernels compute it."""
     w = np.empty(log_w.size)
@@ -142,7 +142,7 @@ def _exp(log_w):  # pragma: no cover - compiled
     return w
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exp_ix_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Exp3IX.propose``: ``i_t ~ p_t`` by the set's draw (``K.sample``,
     ``capped_set_sample``; Algorithm 3, Lines 4-5), ``a_t = e_{i_t}``."""

@@ -194,7 +194,7 @@ class ExpIXM:
                 + (eta / 2 + gamma) / k * (n * T + n * a / (2 * gamma)))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exp_ix_m_dense_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``ExpIXM.propose`` with ``state="dense"``: k distinct rows with
     ``P[i in I_t] = k p_i`` by the set's draw (Algorithm 2, Line 11); batch
@@ -224,7 +224,7 @@ def exp_ix_m_dense_observe(ps, ks, rows, weights, losses):  # pragma: no cover -
     return batch, rows, batch
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exp_ix_m_tree_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``ExpIXM.propose`` with ``state="tree"``: systematic sampling by k
     descents of the tree (``CappedWeightTree.sample``, ``tree_sample``; the
@@ -233,7 +233,7 @@ def exp_ix_m_tree_propose(ps, ks, rng):  # pragma: no cover - compiled
     return tree_sample(ps[0], rng), ps[1]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def exp_ix_m_tree_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     """``ExpIXM.observe`` with ``state="tree"``: ``CappedWeightTree.ix_step``
     (``tree_ix_step``: the IX step on the sampled rows, the KL projection of

@@ -119,14 +119,14 @@ class FTRL:
         return self.log_ratio_ / self.eta_ + self.eta_ * rounds
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ftrl_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``FTRL.propose``: every row, weighted by ``p_t`` (OL-FTRL, Section 6 and
     Appendix E)."""
     return ps[3], ps[1]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ftrl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     """``FTRL.observe`` (OL-FTRL, Appendix E): add ``eta L_t`` to the cumulative
     log-weights, rebase them to max 0 and take the KL projection onto K

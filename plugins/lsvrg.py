@@ -82,7 +82,7 @@ class LSVRG(RowSolver):
         return self.anchor_q_.copy()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def lsvrg_anchor(spec, X, y, w, anchor, q, grad, caps, nu, counts):  # pragma: no cover - compiled
     """The anchor at ``w``: ``q~ = q(l(w))`` and ``g~ = sum_j q~_j grad l_j(w)``."""
     n = X.shape[0]
@@ -106,7 +106,7 @@ def lsvrg_anchor(spec, X, y, w, anchor, q, grad, caps, nu, counts):  # pragma: n
     counts[2] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def lsvrg_steps(spec, X, y, w, anchor, q, grad, caps, nu, lr, mu, radius, rng, until,
                 counts):  # pragma: no cover - compiled
     """Steps (and anchors every n steps) until ``counts[0] >= until``."""

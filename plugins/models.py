@@ -236,7 +236,7 @@ class LogisticCEL(_ScaledLoss):
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _dot(x, w, base, d):  # pragma: no cover - compiled
     """``sum_i x_i w_{base + i}`` over ``i < d`` in four running sums (the adds
     of one sum wait on each other; four keep the FPU busy)."""
@@ -262,7 +262,7 @@ def _dot(x, w, base, d):  # pragma: no cover - compiled
 BLAS_ROWS = 64
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rows_of(X, rows):  # pragma: no cover - compiled
     """``X[rows]``, or ``X`` itself when ``rows`` is every row in order."""
     n = X.shape[0]
@@ -280,7 +280,7 @@ def _rows_of(X, rows):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _cached(ms, rows, width):  # pragma: no cover - compiled
     """The per-row values ``losses`` left for ``grad`` (the driver calls ``grad``
     right after ``losses``, with the same ``w`` and rows), or an empty array."""
@@ -291,7 +291,7 @@ def _cached(ms, rows, width):  # pragma: no cover - compiled
     return scratch[:0]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _scaled(ms, raw):  # pragma: no cover - compiled
     """``raw / scale`` in place, clipped at 1 (and counted in ``ms[2]``) when the
     scale is below the proven bound: ``_ScaledLoss.losses`` of both models."""
@@ -305,7 +305,7 @@ def _scaled(ms, raw):  # pragma: no cover - compiled
     return raw
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
     """Residuals ``<theta, x_i> + b - y_i`` of ``rows`` (no ``b`` when ``w`` has
     ``d`` entries), kept for the next ``grad``."""
@@ -324,7 +324,7 @@ def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
     return r
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def linear_mse_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LinearMSE.losses`` of ``rows``: squared residuals over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
@@ -335,7 +335,7 @@ def linear_mse_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     return _scaled(ms, raw)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     """``LinearMSE.grad``: ``sum_j weights_j grad loss_j`` of ``rows`` (clipped rows: zero)."""
     scale, clips = ms[0], ms[1]
@@ -371,7 +371,7 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     return g
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
     """Row-wise log-softmax of the logits of ``rows`` (``C x (d + 1)`` row-major
     ``w``), flat ``rows x C``, then the softmax ``exp(z_c - top) / total``
@@ -413,7 +413,7 @@ def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
     return both
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def logistic_cel_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LogisticCEL.losses`` of ``rows``: cross-entropy over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
@@ -425,7 +425,7 @@ def logistic_cel_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     return _scaled(ms, raw)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     """``LogisticCEL.grad``: ``(softmax - onehot) weights`` packed as ``C x (d + 1)``."""
     scale, clips, C = ms[0], ms[1], ms[3]

@@ -98,7 +98,7 @@ class OGD:
         return B * B / (2 * s) + s * G * G * rounds / 2
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _squared_norm(w):  # pragma: no cover - compiled
     """``w @ w`` summed in index order, as ``ogd_step`` sums it."""
     total = 0.0
@@ -107,13 +107,13 @@ def _squared_norm(w):  # pragma: no cover - compiled
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ogd_iterate(ws):  # pragma: no cover - compiled
     """The current iterate ``w_t``."""
     return ws[0]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ogd_step(ws, grad):  # pragma: no cover - compiled
     """``OGD.step``: add ``w_t`` to the sum, step, project onto the ball."""
     w, w_sum, rounds, lr, radius = ws

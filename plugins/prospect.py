@@ -101,7 +101,7 @@ class Prospect(RowSolver):
         return self.table_.q()
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def prospect_init(spec, X, y, w, losses, grads):  # pragma: no cover - compiled
     """The tables at ``w``: every row's loss and gradient."""
     z = np.empty(max(spec[2], 1))
@@ -109,7 +109,7 @@ def prospect_init(spec, X, y, w, losses, grads):  # pragma: no cover - compiled
         losses[i] = row_loss_grad(spec, X, y, i, w, grads[i], z)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def prospect_steps(spec, X, y, w, losses, grads, rho, gbar, br, lr, mu, radius,
                    rng, steps, done):  # pragma: no cover - compiled
     """``steps`` steps of Algorithm 1 (class docstring); ``done`` steps so far

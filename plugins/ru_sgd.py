@@ -197,7 +197,7 @@ def _lmo(token: int, seen: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(_SETS[token].lmo(seen)[1], dtype=np.float64)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ru_sgd_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``TruncatedCVaR.propose``: every ``ceil(n/b)`` rounds ``p`` becomes the
     set's ``lmo`` of the last losses seen (called back into Python) and the
@@ -221,7 +221,7 @@ def ru_sgd_propose(ps, ks, rng):  # pragma: no cover - compiled
     return choice(rng, n, b, perm, np.empty(b, dtype=np.int64)), np.zeros(b)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ru_sgd_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     """``TruncatedCVaR.observe`` (``SoftCVaR.observe`` when the temperature is
     positive): record the losses, the batch weights ``v_i = (n/b) c_i

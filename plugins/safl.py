@@ -146,7 +146,7 @@ class StochasticAFL:
         return None
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def safl_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``StochasticAFL.propose``: the w-player's draw ``S ~ lambda_t`` (the set's
     sampler, weights ``m / k``) then k rows ``J`` uniformly without replacement
@@ -167,7 +167,7 @@ def safl_propose(ps, ks, rng):  # pragma: no cover - compiled
     return rows, weights
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def safl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     """``StochasticAFL.observe``: ``lambda <- Proj_K(lambda + eta (n/k) L_J 1_J)``
     (Appendix E, subsection S-AFL); the action is ``lambda_t``, the point
@@ -196,7 +196,7 @@ def safl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     return weights, all_rows, before
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _project_one_cap(old, moved, stepped, lam, ordered, cap, u, low):  # pragma: no cover - compiled
     """``euclidean_projection_row_caps(v, caps)`` with every cap ``cap``, written
     into ``lam``, where ``v`` is ``old`` but ``stepped`` on the rows ``moved``

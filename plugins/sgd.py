@@ -134,7 +134,7 @@ class SGD(RowSolver):
         return float(self.tau_[0])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def ru_weight(z, cap, nu, n):  # pragma: no cover - compiled
     """``n phi_i'(z)``: ``n clip(1/n + z/(nu n), 0, c_i)`` if ``nu > 0``, else the
     subgradient ``n c_i 1[z > 0]``."""
@@ -152,7 +152,7 @@ def ru_phi(z: np.ndarray, caps: np.ndarray, nu: float, n: int) -> np.ndarray:
     return q * z - 0.5 * nu * n * (q - 1.0 / n) ** 2
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sgd_row_grad(spec, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - compiled
     """Row i's weight ``s_i = n phi_i'(L_i(w) - tau)``, returned, and ``s_i grad
     L_i(w)`` written into ``g``: row i's term ``tau + n phi_i(L_i(w) - tau) +
@@ -166,7 +166,7 @@ def sgd_row_grad(spec, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - c
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sgd_steps(spec, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, rng, until,
               counts):  # pragma: no cover - compiled
     """Mini-batch steps on ``(w, tau[0])`` until ``counts[0] >= until``; ``avg``

@@ -89,7 +89,7 @@ class Uniform:
         return None
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def uniform_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Uniform.propose``: b rows drawn without replacement (``rng.choice``,
     ``plugins.lib.draws.choice``), batch weights ``1/b`` (Algorithm 1, Line 3, with a sampler
@@ -98,7 +98,7 @@ def uniform_propose(ps, ks, rng):  # pragma: no cover - compiled
     return choice(rng, n, b, perm, swaps), weights
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def uniform_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     """``Uniform.observe`` (nothing to learn): the batch weights, and the action
     as ``Uniform.propose`` gives it: ``p = 1/n`` on every row, or the batch

@@ -66,7 +66,7 @@ def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, n
     return q, capped
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compiled
     """Compiled core of the KL projection onto ``{0 <= q_i <= kappa_i, sum q = 1}``
     (one cap per row; the k-set passes a constant cap). Returns q, the capped
@@ -169,7 +169,7 @@ def capped_simplex_euclidean(v: np.ndarray, caps: float | np.ndarray) -> np.ndar
     return euclidean_projection_row_caps(v, np.ascontiguousarray(caps, dtype=np.float64))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sorted_breakpoint_threshold(u, low):  # pragma: no cover - compiled
     """The ``tau`` of the Euclidean projection ``p_i = clip(v_i - tau, 0, c_i)``
     from the sorted breakpoints ``u`` (of ``v``) and ``low`` (of ``v - c``): the
@@ -209,7 +209,7 @@ def sorted_breakpoint_threshold(u, low):  # pragma: no cover - compiled
     return bp_j + (f_j - 1.0) / slope_j if slope_j > 0 else bp_j
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
     """Euclidean projection of ``v`` onto ``{0 <= p_i <= c_i, sum p = 1}``
     (``c = caps``, ``sum c >= 1``), compiled; the k-set passes a constant cap.
@@ -239,7 +239,7 @@ def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def depround_core(x, u, k):  # pragma: no cover - compiled
     """Compiled core of ``depround``: Lines 3-10 of Algorithm 5 on ``x = k p``
     (changed in place) with the coins ``u`` (n uniforms). Returns the k rows
@@ -379,7 +379,7 @@ def multiset_round(kp: np.ndarray, caps: np.ndarray, k: int,
     return rows, mult
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def multiset_round_core(kp, caps, u, k):  # pragma: no cover - compiled
     """Compiled core of ``multiset_round``: ``(rows, multiplicities, r)`` with
     ``r`` the rows DepRound rounds up (negative: the integer parts exceed k;
@@ -470,7 +470,7 @@ def capped_set_state(caps: np.ndarray, k: int, sampler: str, point: bool) -> tup
             np.full(1, np.nan), np.rint(caps * k).astype(np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def capped_set_kappa(ks, gamma):  # pragma: no cover - compiled
     """The caps before mixing at rate gamma, ``kappa_i = (c_i - gamma/n) / (1 -
     gamma)`` (Line 5 of Algorithm 2), and their logs; computed once per gamma."""
@@ -484,7 +484,7 @@ def capped_set_kappa(ks, gamma):  # pragma: no cover - compiled
     return kappa, log_kappa
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def capped_set_project(ks, log_w, gamma):  # pragma: no cover - compiled
     """``K.project(log_w, gamma, log_domain=True, return_capped=True)`` of the
     k-set, the simplex and the alpha-set: the KL projection onto the caps
@@ -511,7 +511,7 @@ def capped_set_project(ks, log_w, gamma):  # pragma: no cover - compiled
     return p, capped
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _systematic_core(p, k, u):  # pragma: no cover - compiled
     """``systematic_rows(k p, k, u)``: k rows, -1 first if two coincide."""
     n = p.size
@@ -532,7 +532,7 @@ def _systematic_core(p, k, u):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
     """``K.sample(p, rng)`` of the k-set, the simplex and the alpha-set: the
     same law and the same uniforms from ``rng``, in the same order, as the
@@ -579,7 +579,7 @@ def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
     return out, np.ones(1, dtype=np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def capped_set_euclidean(ks, v):  # pragma: no cover - compiled
     """``K.euclidean_project(v)`` of the k-set, the simplex and the alpha-set."""
     return euclidean_projection_row_caps(v, ks[0])

@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - another numba layout: its public integ
 
 
 if _LEMIRE:
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def _bounded(rng, high):  # pragma: no cover - compiled
         """A uniform integer in ``[0, high]`` for ``0 <= high < 2**63``: numpy's
         ``random_bounded_uint64(bitgen, 0, high, 0, 0)`` (Lemire's rejection on
@@ -36,7 +36,7 @@ if _LEMIRE:
             return np.int64(next_uint32(bitgen))
         return np.int64(bounded_lemire_uint64(bitgen, np.uint64(high)))
 else:  # pragma: no cover
-    @njit(cache=True)
+    @njit(cache=True, error_model="numpy")
     def _bounded(rng, high):  # pragma: no cover - compiled
         """A uniform integer in ``[0, high]`` (``Generator.integers``: the same
         draw, through a one-entry array)."""
@@ -45,7 +45,7 @@ else:  # pragma: no cover
         return np.int64(rng.integers(0, high, endpoint=True))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def choice(rng, n, b, perm, swaps):  # pragma: no cover - compiled
     """``rng.choice(n, size=b, replace=False)`` of numpy's ``Generator``: the same
     integer draws in the same order. For ``n > 10000`` and ``b > n // 50`` a
@@ -90,7 +90,7 @@ def choice(rng, n, b, perm, swaps):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _block_sum(a, lo, n):  # pragma: no cover - compiled
     """numpy's sum of a block of at most 128 entries: sequential below 8, else
     8 accumulators combined pairwise, then the rest of ``n % 8``."""
@@ -120,7 +120,7 @@ def _block_sum(a, lo, n):  # pragma: no cover - compiled
     return res
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def pairwise_sum(a):  # pragma: no cover - compiled
     """``a.sum()`` in numpy's order, so that the two are equal: numpy's pairwise
     summation of a contiguous float64 array splits a range of more than 128

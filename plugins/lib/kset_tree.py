@@ -75,7 +75,7 @@ def _layout(n: int) -> tuple[np.ndarray, np.ndarray]:
     return offsets.astype(np.int64), np.asarray(sizes, dtype=np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _fix_node(w, nodes, offsets, sizes, level, g):  # pragma: no cover - compiled
     """Recompute node ``g`` of ``level`` from its children (leaves: removed ones,
     stored negated, count in neither the sum nor the maximum)."""
@@ -103,7 +103,7 @@ def _fix_node(w, nodes, offsets, sizes, level, g):  # pragma: no cover - compile
     nodes[offsets[level] + g, 1] = m
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _fix_path(w, nodes, offsets, sizes, i):  # pragma: no cover - compiled
     g = i
     for level in range(sizes.size):
@@ -111,13 +111,13 @@ def _fix_path(w, nodes, offsets, sizes, i):  # pragma: no cover - compiled
         _fix_node(w, nodes, offsets, sizes, level, g)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _fix_paths(w, nodes, offsets, sizes, rows):  # pragma: no cover - compiled
     """``_fix_path`` for several leaves, level by level (independent reads overlap)."""
     _fix_paths_into(w, nodes, offsets, sizes, rows, np.empty(rows.size, dtype=np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _fix_paths_into(w, nodes, offsets, sizes, rows, g):  # pragma: no cover - compiled
     """``_fix_paths`` with the node indices in the scratch ``g`` (``rows.size``
     entries). A node is recomputed once per level when the rows sharing it are
@@ -135,14 +135,14 @@ def _fix_paths_into(w, nodes, offsets, sizes, rows, g):  # pragma: no cover - co
                 previous = g[j]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _build(w, nodes, offsets, sizes):  # pragma: no cover - compiled
     for level in range(sizes.size):
         for g in range(sizes[level]):
             _fix_node(w, nodes, offsets, sizes, level, g)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _find_prefix(w, nodes, offsets, sizes, targets, out):  # pragma: no cover - compiled
     """For each target ``t``, the first leaf whose inclusive prefix sum exceeds
     ``t`` (the last leaf with positive weight if rounding puts ``t`` past the
@@ -153,7 +153,7 @@ def _find_prefix(w, nodes, offsets, sizes, targets, out):  # pragma: no cover - 
                       np.empty(targets.size, dtype=np.int64), out)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover - compiled
     """``_find_prefix`` on the targets ``t``, overwritten (the remainders), with
     the node indices in the scratch ``g``."""
@@ -198,7 +198,7 @@ def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover 
         out[j] = found if found >= 0 else last
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _find_max(w, nodes, offsets, sizes):  # pragma: no cover - compiled
     """The first leaf holding the largest weight."""
     F = FANOUT
@@ -223,7 +223,7 @@ def _find_max(w, nodes, offsets, sizes):  # pragma: no cover - compiled
     return lo
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _systematic(w, nodes, offsets, sizes, k, u, out):  # pragma: no cover - compiled
     """Systematic sampling into ``out``; False if two targets fell in one row
     (an interval longer than 1 by rounding)."""
@@ -231,7 +231,7 @@ def _systematic(w, nodes, offsets, sizes, k, u, out):  # pragma: no cover - comp
                             np.empty(k, dtype=np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _systematic_into(w, nodes, offsets, sizes, k, u, out, t, g):  # pragma: no cover - compiled
     """``_systematic`` with the targets in the scratch ``t`` and the node indices
     in the scratch ``g`` (k entries each)."""
@@ -245,7 +245,7 @@ def _systematic_into(w, nodes, offsets, sizes, k, u, out, t, g):  # pragma: no c
     return j >= k
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _project(w, nodes, offsets, sizes, kappa, capped):  # pragma: no cover - compiled
     """Cap the largest weights at the KL projection's threshold; returns how many."""
     root = offsets[sizes.size - 1]
@@ -272,7 +272,7 @@ def _project(w, nodes, offsets, sizes, kappa, capped):  # pragma: no cover - com
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _ix_step(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
              capped):  # pragma: no cover - compiled
     """The implicit-exploration step of ``plugins.exp_ix_m`` on the sampled rows,
@@ -282,7 +282,7 @@ def _ix_step(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
                          np.empty(rows.size, dtype=np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa, capped,
                   g):  # pragma: no cover - compiled
     """``_ix_step`` with the node indices in the scratch ``g`` (``rows.size`` entries)."""
@@ -389,7 +389,7 @@ class CappedWeightTree:
         self.rebases_ = int(state[9][0])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def tree_sample(ts, rng):  # pragma: no cover - compiled
     """``CappedWeightTree.sample(rng.random())`` on a ``compiled_state`` tuple
     (the draw of Algorithm 2, Line 11, by systematic sampling), redrawn (one
@@ -403,7 +403,7 @@ def tree_sample(ts, rng):  # pragma: no cover - compiled
     return rows
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def tree_ix_step(ts, rows, losses, eta, gamma):  # pragma: no cover - compiled
     """``CappedWeightTree.ix_step`` on a ``compiled_state`` tuple: the IX step
     of the sampled rows, the KL projection onto the cap (Algorithm 4 on the

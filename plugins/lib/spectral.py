@@ -90,7 +90,7 @@ def row_smoothness(model, X: np.ndarray, chunk: int = 65536) -> float:
     return 0.5 * (best + 1.0) * inv_scale
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _residual(spec, X, y, i, w):  # pragma: no cover - compiled
     """``<x_i, theta> (+ b) - y_i`` of the linear model."""
     d, bias = spec[1], spec[3]
@@ -102,7 +102,7 @@ def _residual(spec, X, y, i, w):  # pragma: no cover - compiled
     return r
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _logits(spec, X, i, w, z):  # pragma: no cover - compiled
     """The softmax model's logits of row ``i`` into ``z``; returns their maximum."""
     d, C = spec[1], spec[2]
@@ -117,7 +117,7 @@ def _logits(spec, X, i, w, z):  # pragma: no cover - compiled
     return zmax
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def row_loss(spec, X, y, i, w, z):  # pragma: no cover - compiled
     """Scaled loss of row ``i`` at ``w`` (``z``: C scratch floats)."""
     kind, C, inv_scale = spec[0], spec[2], spec[4]
@@ -131,7 +131,7 @@ def row_loss(spec, X, y, i, w, z):  # pragma: no cover - compiled
     return (math.log(tot) + zmax - z[int(y[i])]) * inv_scale
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def row_loss_grad(spec, X, y, i, w, g, z):  # pragma: no cover - compiled
     """Scaled loss of row ``i`` at ``w``, its gradient written into ``g``."""
     kind, d, C, bias, inv_scale = spec
@@ -167,7 +167,7 @@ def row_loss_grad(spec, X, y, i, w, g, z):  # pragma: no cover - compiled
 # ---------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def lmo_row_caps(losses, caps):  # pragma: no cover - compiled
     """``argmax_{q in K} <losses, q>`` for ``K = {0 <= q <= c, sum q = 1}``: the
     largest losses filled up to their caps, ties broken by the larger row
@@ -185,7 +185,7 @@ def lmo_row_caps(losses, caps):  # pragma: no cover - compiled
     return q
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def best_response_dense(losses, caps, nu):  # pragma: no cover - compiled
     """``q(l)`` over all rows: the projection of ``1/n + l/(nu n)`` onto the
     capped simplex if ``nu > 0`` (O(n log n)), else ``lmo_row_caps``."""
@@ -251,7 +251,7 @@ def block_order_new(values: np.ndarray, block: int | None = None) -> tuple:
     return order_tree_new(values, block)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _leaf_suffix(LF, LI, LC, a):  # pragma: no cover - compiled
     s = 0.0
     k = LI[a, LC]
@@ -261,7 +261,7 @@ def _leaf_suffix(LF, LI, LC, a):  # pragma: no cover - compiled
         LF[a, LC + p] = s
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _node_suffix(NF, NI, IC, x, top):  # pragma: no cover - compiled
     """Recompute the suffix counts and sums of node x at slots ``<= top`` (the
     same additions, in the same order, as from scratch)."""
@@ -275,7 +275,7 @@ def _node_suffix(NF, NI, IC, x, top):  # pragma: no cover - compiled
         NF[x, 2 * IC + c] = NF[x, 2 * IC + c + 1] + NF[x, IC + c]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _set_total(ot, x, c, ch, leaf_child):  # pragma: no cover - compiled
     """Child slot c of node x takes the count and sum of ``ch``."""
     LF, LI, NF, NI, meta = ot
@@ -288,7 +288,7 @@ def _set_total(ot, x, c, ch, leaf_child):  # pragma: no cover - compiled
         NF[x, IC + c] = NF[ch, 2 * IC]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _load(ot, svals, srows):  # pragma: no cover - compiled
     """Bulk-load the sorted keys ``(svals, srows)``: leaves 3/4 full, then
     levels of nodes 3/4 full up to a single root (at least one level)."""
@@ -344,7 +344,7 @@ def _load(ot, svals, srows):  # pragma: no cover - compiled
     meta[3] = x
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _rebuild(ot):  # pragma: no cover - compiled
     """Bulk-load the keys again (when the leaves or nodes run out). O(n)."""
     LF, LI, NF, NI, meta = ot
@@ -363,12 +363,12 @@ def _rebuild(ot):  # pragma: no cover - compiled
     _load(ot, svals, srows)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _key_less(v1, r1, v2, r2):  # pragma: no cover - compiled
     return v1 < v2 or (v1 == v2 and r1 < r2)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _child_of_key(NF, NI, IC, x, v, r):  # pragma: no cover - compiled
     """The last child of node x whose separator is ``<= (v, r)`` (else 0)."""
     lo = 0
@@ -382,7 +382,7 @@ def _child_of_key(NF, NI, IC, x, v, r):  # pragma: no cover - compiled
     return lo
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _descend(ot, v, r):  # pragma: no cover - compiled
     """The leaf where key ``(v, r)`` is or belongs; the path in ``meta``."""
     NF, NI, meta = ot[2], ot[3], ot[4]
@@ -396,7 +396,7 @@ def _descend(ot, v, r):  # pragma: no cover - compiled
     return x
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _pos_in_leaf(LF, LI, LC, a, v, r):  # pragma: no cover - compiled
     """The number of keys of leaf a below ``(v, r)``."""
     lo = 0
@@ -410,7 +410,7 @@ def _pos_in_leaf(LF, LI, LC, a, v, r):  # pragma: no cover - compiled
     return lo
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _propagate(ot, a):  # pragma: no cover - compiled
     """Leaf a (the end of the path in ``meta``) changed: refresh the counts
     and sums on the path, bottom up. O(height * fanout)."""
@@ -426,7 +426,7 @@ def _propagate(ot, a):  # pragma: no cover - compiled
         ch = x
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _put_child(ot, x, c, ch, v, r, leaf_child):  # pragma: no cover - compiled
     """Insert child ``ch`` with separator ``(v, r)`` at slot c of node x (not full)."""
     NF, NI, meta = ot[2], ot[3], ot[4]
@@ -445,7 +445,7 @@ def _put_child(ot, x, c, ch, v, r, leaf_child):  # pragma: no cover - compiled
     NI[x, 4 * IC + 1] = k + 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _insert_child(ot, d, ch, v, r, leaf_child):  # pragma: no cover - compiled
     """Insert child ``ch`` (separator ``(v, r)``) after the slot of the path at
     depth d, splitting full nodes up the path (a new root when the root splits)."""
@@ -497,7 +497,7 @@ def _insert_child(ot, d, ch, v, r, leaf_child):  # pragma: no cover - compiled
         d -= 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _split_leaf(ot, a):  # pragma: no cover - compiled
     """Move the upper half of the full leaf a (end of the path) to a new leaf."""
     LF, LI, meta = ot[0], ot[1], ot[4]
@@ -517,7 +517,7 @@ def _split_leaf(ot, a):  # pragma: no cover - compiled
     _insert_child(ot, meta[1] - 1, b, LF[b, 0], LI[b, 0], True)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def order_tree_replace(ot, r, v_old, v_new):  # pragma: no cover - compiled
     """Replace row ``r``'s key ``(v_old, r)`` by ``(v_new, r)``. O(LC + height *
     fanout); a leaf split O(LC + height * fanout) more, a rebuild O(n) once
@@ -552,7 +552,7 @@ def order_tree_replace(ot, r, v_old, v_new):  # pragma: no cover - compiled
     _propagate(ot, a)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def relu_sum(ot, t, shift):  # pragma: no cover - compiled
     """``sum relu(s - t)`` over the keys' values ``s = fl(value + shift)`` and
     the number of them above ``t`` (``fl(value + shift) > t``, compared as the
@@ -587,7 +587,7 @@ def relu_sum(ot, t, shift):  # pragma: no cover - compiled
     return (s + LF[x, LC + a]) + count * (shift - t), count
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def rank_above(ot, v, r):  # pragma: no cover - compiled
     """The number of keys above ``(v, r)`` (a key in the structure). O(log n)."""
     LF, LI, NF, NI, meta = ot
@@ -601,13 +601,13 @@ def rank_above(ot, v, r):  # pragma: no cover - compiled
     return above + LI[x, LC] - _pos_in_leaf(LF, LI, LC, x, v, r) - 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def order_tree_size(ot):  # pragma: no cover - compiled
     meta = ot[4]
     return ot[3][meta[0], 3 * meta[5]]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def select_value(ot, k):  # pragma: no cover - compiled
     """The value of the k-th smallest key (0-based, ``k < size``). O(height * fanout)."""
     NI, meta = ot[3], ot[4]
@@ -629,7 +629,7 @@ def select_value(ot, k):  # pragma: no cover - compiled
 # equal caps L is a placeholder and the breakpoints of L are U's values - c.
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _f(br, t):  # pragma: no cover - compiled
     """``f(t) = sum_j clip(v_j - t, 0, c_j)`` and the numbers of values of U and
     of L above t (their difference: the rows strictly inside their clip just
@@ -643,7 +643,7 @@ def _f(br, t):  # pragma: no cover - compiled
     return pu - pl, nu_, nl
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _last_breakpoint(br, S, shift):  # pragma: no cover - compiled
     """The largest breakpoint ``fl(value + shift)`` of ``S`` with ``f >= 1``
     (and True), or ``(-inf, False)`` if none: a binary search over the ranks
@@ -662,14 +662,14 @@ def _last_breakpoint(br, S, shift):  # pragma: no cover - compiled
     return select_value(S, a) + shift, True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _smallest(S, shift):  # pragma: no cover - compiled
     if order_tree_size(S) == 0:
         return np.inf
     return select_value(S, 0) + shift
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _theta_search(br):  # pragma: no cover - compiled
     """``theta`` from scratch: the last breakpoint ``t0`` with ``f(t0) >= 1``,
     then ``theta = t0 + (f(t0) - 1) / m`` with ``m`` the rows inside their clip
@@ -687,7 +687,7 @@ def _theta_search(br):  # pragma: no cover - compiled
     f0, a, b = _f(br, t0)
     return t0 + (f0 - 1.0) / (a - b) if a > b else t0
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def br_theta(br, remember):  # pragma: no cover - compiled
     """The threshold ``theta`` of ``q = clip(v - theta, 0, c)``.
 
@@ -723,7 +723,7 @@ def br_theta(br, remember):  # pragma: no cover - compiled
     return theta
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def br_update(br, i, loss, n):  # pragma: no cover - compiled
     """Row i's loss becomes ``loss``: ``v_i = 1/n + loss / (nu n)`` (``loss``
     itself when ``nu = 0``) moves in U (and L)."""
@@ -738,7 +738,7 @@ def br_update(br, i, loss, n):  # pragma: no cover - compiled
     v[i] = v_new
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def weight_lmo_scan(br, i):  # pragma: no cover - compiled
     """``q_i`` of the LMO with per-row caps: the caps of all larger keys. O(n)."""
     v, caps = br[2], br[3]
@@ -749,7 +749,7 @@ def weight_lmo_scan(br, i):  # pragma: no cover - compiled
     return min(caps[i], max(0.0, 1.0 - above))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def br_weight(br, i):  # pragma: no cover - compiled
     """``q(l)_i`` for the current losses: ``clip(v_i - theta, 0, c_i)`` if
     ``nu > 0``; else the LMO's weight of row i (from its rank with equal
@@ -849,7 +849,7 @@ def row_data(problem) -> tuple[np.ndarray, np.ndarray]:
             np.ascontiguousarray(problem.y, dtype=np.float64))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def project_ball_inplace(w, radius):  # pragma: no cover - compiled
     """``w <- w radius / ||w||`` if ``||w|| > radius``."""
     if radius == np.inf:
