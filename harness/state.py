@@ -20,7 +20,10 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-FORMAT = 2
+#: the saved states' format; a state of another format is not resumed (the run
+#: starts afresh). 3: EXP4.MP's and dense EXP-IX-M's state tuples changed, and
+#: DepRound's pairing (a resumed run would not match an uninterrupted one)
+FORMAT = 3
 
 
 def key(params: dict[str, Any]) -> str:

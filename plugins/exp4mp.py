@@ -13,13 +13,14 @@ import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import (
-    CAP_TOL,
     CAPPED_SET,
     capped_set_kappa,
+    capped_set_point,
     capped_set_sample,
     capped_set_state,
-    kl_projection_row_caps,
+    log_row_caps,
     needs_row_caps,
+    weights_row_caps,
 )
 from plugins.lib.steps import scale_param, scaled_step
 
@@ -145,11 +146,12 @@ class Exp4MP:
         self.weights_ = np.ones(n)  # exp(log_w), kept in step with log_w
         self.p_ = np.empty(n)
         self.capped_ = np.zeros(n, dtype=bool)
-        # book: a bound on max log_w and the capped rows' cap mass; since:
-        # rounds since the weights were recomputed and the number of free rows
-        self.state_ = (self.log_w_raw_, self.weights_, np.zeros(2), self.p_, self.capped_,
-                       np.array([0, n], dtype=np.int64), float(self.eta_), float(self.gamma_),
-                       float(self.conf_), self.confidence == "all")
+        # book: a bound on max log_w, the confidence terms' largest climb since
+        # the weights were recomputed, the capped rows' cap mass and the number
+        # of free rows; since: rounds since the weights were recomputed
+        self.state_ = (self.log_w_raw_, self.weights_, np.array([0.0, 0.0, 0.0, n]), self.p_,
+                       self.capped_, np.zeros(1, dtype=np.int64), float(self.eta_),
+                       float(self.gamma_), float(self.conf_), self.confidence == "all")
         self.set_state_ = capped_set_state(caps, k, "depround",
                                            abs(float(caps.sum()) - 1.0) <= 1e-12)
         exp4mp_project(self.state_, self.set_state_, True, 0.0)
@@ -267,7 +269,9 @@ def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
         if not all_rows:
             gain += (eta * conf) * (m * inv)
         log_w[i] += gain
-        if gain > 100.0:
+        if gain > 100.0 or w[i] < 1e-290:
+            # a weight that underflowed at a refresh (0, or too few bits) would
+            # not follow its log-weight up: recompute them all
             stale = True
         else:
             w[i] *= np.exp(gain)
@@ -282,30 +286,18 @@ def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
 def exp4mp_project(ps, ks, refresh, c):  # pragma: no cover - compiled
     """Lines 3-10 of Algorithm 2 on the weights, after adding the confidence
     term ``c / (k p_i)`` (Line 15; ``c = 0``: none) to every row outside the
-    last capped set.
-
-    ``q_i = min(kappa_i, lam w_i)`` with ``sum q = 1`` (Lemma C.2). The capped
-    set is warm-started from the last round's: its ``lam`` is accepted when
-    it meets the projection's conditions (every capped row ``lam w_i >=
-    kappa_i``, every other ``lam w_i <= kappa_i (1 + CAP_TOL)``; then
-    ``sum_i min(kappa_i, lam w_i) = 1``, which fixes the projection), else
-    the set is grown from empty as in ``kl_projection_row_caps``. Then
-    ``p = (1 - gamma) q + gamma / n`` and ``p_i = c_i`` on capped rows. If
-    the uncapped rows' weights are below 1e-250 of the largest (the capped
-    rows dominate by more than ``exp(575)``), the log-domain projection
-    ``kl_projection_row_caps`` is used for the round instead.
-
-    The capped set's size and cap mass are kept beside it, so the common
-    round (the last capped set still right) is three passes over the rows
-    that vectorise or keep four running sums: the confidence term, the sum
-    of the free weights, and ``p`` with the check."""
+    last capped set: ``weights_row_caps`` (the capped set warm-started from
+    the last round's, Lemma C.2), then ``p = (1 - gamma) q + gamma / n`` and
+    ``p_i = c_i`` on capped rows. If the uncapped rows' weights are below
+    1e-250 of the largest (the capped rows dominate by more than
+    ``exp(575)``), the log-domain projection (``log_row_caps``) is used for
+    the round instead. The common round is three passes over the rows that
+    vectorise or keep four running sums: the confidence term, the sum of
+    the free weights, and ``p`` with the check of the capped set."""
     log_w, w, book, p, capped, since, eta, gamma, conf, all_rows = ps
-    caps, k, point = ks[0], ks[2], ks[4]
+    caps, k = ks[0], ks[2]
     n = p.size
-    if point:
-        for i in range(n):
-            p[i] = caps[i]
-            capped[i] = True
+    if capped_set_point(ks, p, capped):
         return
     kappa, log_kappa = capped_set_kappa(ks, gamma)
     if c > 0.0:
@@ -317,7 +309,9 @@ def exp4mp_project(ps, ks, refresh, c):  # pragma: no cover - compiled
                 log_w[i] += d
                 w[i] *= _exp_taylor(d)
             book[0] += c * n / (k * gamma)
+            book[1] += c * n / (k * gamma)
         else:
+            largest = 0.0
             for i in range(n):
                 if not capped[i]:
                     d = c * (1.0 / (k * p[i]))
@@ -328,103 +322,24 @@ def exp4mp_project(ps, ks, refresh, c):  # pragma: no cover - compiled
                         w[i] *= _exp_small(d)
                     if log_w[i] > book[0]:
                         book[0] = log_w[i]
-    if refresh or since[0] >= REFRESH_ROUNDS or book[0] > 200.0:
+                    if d > largest:
+                        largest = d
+            book[1] += largest
+    # a weight below exp(-708) of the largest at the last refresh is 0 or has
+    # lost bits, and does not follow its log-weight up: while it has climbed by
+    # at most 60 it is below exp(-648), under exp(-73) of the free weights'
+    # sum (more than exp(-575) of the largest, else the log domain is used)
+    if refresh or since[0] >= REFRESH_ROUNDS or book[0] > 200.0 or book[1] > 60.0:
         high = log_w.max()
         for i in range(n):
             log_w[i] -= high
             w[i] = np.exp(log_w[i])
         book[0] = 0.0
+        book[1] = 0.0
         since[0] = 0
-    free = since[1]
-    if free > 0:
-        total = _free_total(w, capped)
-        if total > 1e-250 * np.exp(book[0]):
-            mass = book[1]
-            lam = (1.0 - mass) / total if mass < 1.0 else 0.0
-            if _settle(p, w, capped, caps, kappa, lam, gamma, True):
-                return
-    # the last capped set does not hold: grow it from empty
-    lam = 0.0
-    mass = 0.0
-    first = True
-    while True:
-        total = 0.0
-        free = 0
-        for i in range(n):
-            if first:
-                capped[i] = False
-            if not capped[i]:
-                total += w[i]
-                free += 1
-        first = False
-        book[1] = mass
-        since[1] = free
-        if free == 0:
-            if mass >= 1.0 - 1e-12:
-                break
-            raise ValueError("the KL projection onto the capped simplex has too few rows "
-                             "with positive weight")
-        if not total > 1e-250 * np.exp(book[0]):
-            q, mask, feasible = kl_projection_row_caps(log_w, kappa, log_kappa)
-            if not feasible:
-                raise ValueError("the KL projection onto the capped simplex has too few rows "
-                                 "with positive weight")
-            mass = 0.0
-            free = 0
-            for i in range(n):
-                capped[i] = mask[i]
-                p[i] = caps[i] if mask[i] else (1.0 - gamma) * q[i] + gamma / n
-                if mask[i]:
-                    mass += kappa[i]
-                else:
-                    free += 1
-            book[1] = mass
-            since[1] = free
-            return
-        rest = 1.0 - mass
-        lam = rest / total if rest > 0.0 else 0.0
-        grew = False
-        for i in range(n):
-            if not capped[i] and lam * w[i] > kappa[i] * (1.0 + CAP_TOL):
-                capped[i] = True
-                mass += kappa[i]
-                grew = True
-        if not grew:
-            break
-    _settle(p, w, capped, caps, kappa, lam, gamma, False)
-
-
-@njit(cache=True, error_model="numpy")
-def _free_total(w, capped):  # pragma: no cover - compiled
-    """The sum of the weights outside the capped set, in four running sums
-    (row ``i`` into sum ``i mod 4``), added as ``(s0 + s1) + (s2 + s3)``."""
-    n = w.size
-    s0 = s1 = s2 = s3 = 0.0
-    top = n - n % 4
-    for i in range(0, top, 4):
-        s0 += 0.0 if capped[i] else w[i]
-        s1 += 0.0 if capped[i + 1] else w[i + 1]
-        s2 += 0.0 if capped[i + 2] else w[i + 2]
-        s3 += 0.0 if capped[i + 3] else w[i + 3]
-    for i in range(top, n):
-        s0 += 0.0 if capped[i] else w[i]
-    return (s0 + s1) + (s2 + s3)
-
-
-@njit(cache=True, error_model="numpy")
-def _settle(p, w, capped, caps, kappa, lam, gamma, check):  # pragma: no cover - compiled
-    """``p_i = c_i`` on capped rows, ``(1 - gamma) lam w_i + gamma / n`` on the
-    others (Line 10); with ``check``, whether ``lam`` meets the projection's
-    conditions for this capped set (``exp4mp_project``)."""
-    n = p.size
-    bad = 0
-    for i in range(n):
-        v = lam * w[i]
-        cap = capped[i]
-        p[i] = caps[i] if cap else (1.0 - gamma) * v + gamma / n
-        if check:
-            bad += (v < kappa[i]) if cap else (v > kappa[i] * (1.0 + CAP_TOL))
-    return bad == 0
+    tiny = 1e-250 * np.exp(book[0])
+    if not weights_row_caps(p, w, capped, caps, kappa, gamma, book[2:], tiny):
+        log_row_caps(p, log_w, capped, caps, kappa, log_kappa, gamma, book[2:])
 
 
 @harness.hookimpl

@@ -14,10 +14,13 @@ from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import (
     CAPPED_SET,
-    capped_set_project,
+    capped_set_kappa,
+    capped_set_point,
     capped_set_sample,
     capped_set_state,
+    log_row_caps,
     needs_sets_of_k_rows,
+    weights_row_caps,
 )
 from plugins.lib.kset_tree import CappedWeightTree, tree_ix_step, tree_sample
 from plugins.lib.steps import scale_param, scaled_step
@@ -69,9 +72,11 @@ class ExpIXM:
     Cost per round: ``state="tree"`` keeps ``p_t`` in a tree of sums and maxima
     (``plugins.lib.kset_tree``) and samples systematically (Madow): O(k log n)
     time, O(n) memory; ``p`` is materialised (O(n)) only when read, at
-    checkpoints. ``state="dense"`` keeps ``p_t`` as an array, projects with
-    the constraint set's ``project`` and draws with its ``sample``: O(n) per
-    round, the reference the tree reproduces. ``auto`` picks the tree when the
+    checkpoints. ``state="dense"`` keeps ``p_t`` as an array, multiplies the
+    sampled rows' entries by ``exp(-eta l_hat_i)``, projects the result onto
+    the row caps (``plugins.lib.capped.weights_row_caps``: the KL projection,
+    the constraint set's ``project`` with gamma = 0) and draws with the set's
+    ``sample``: O(n) per round, the reference the tree reproduces. ``auto`` picks the tree when the
     set's ``sampler`` is "systematic" (the simplex's is: its categorical draw is
     systematic sampling with k = 1), else dense.
     """
@@ -133,8 +138,11 @@ class ExpIXM:
             self.tree_ = None
             self.p_ = np.full(n, 1.0 / n)
             caps = constraint.row_caps()
+            # the weights scratch, the capped rows of p and their cap mass and
+            # number of free rows (weights_row_caps)
             self.dense_state_ = (self.p_, np.empty(n), self.weights_, float(self.eta_),
-                                 float(self.gamma_))
+                                 float(self.gamma_), np.zeros(n, dtype=bool),
+                                 np.array([0.0, n]))
             self.set_state_ = capped_set_state(caps, k, "depround",
                                                abs(float(caps.sum()) - 1.0) <= 1e-12)
         return {"eta": self.eta_, "gamma": self.gamma_, "delta": self.delta, "state": state}
@@ -159,7 +167,7 @@ class ExpIXM:
             self.tree_.ix_step(self.rows_, losses, self.eta_, self.gamma_)
             return None
         # the IX step and the projection onto the row caps in the kernel the
-        # compiled path runs too: numpy's vectorised log rounds differently
+        # compiled path runs too, so both paths round alike
         exp_ix_m_dense_observe(self.dense_state_, self.set_state_, self.rows_, self.weights_,
                                np.ascontiguousarray(losses, dtype=np.float64))
         return None
@@ -169,8 +177,9 @@ class ExpIXM:
         ``exp_ix_m_tree_propose``/``exp_ix_m_tree_observe`` on the tree's arrays
         (``CappedWeightTree.compiled_state``), on any set (the tree draws and
         projects itself); ``state="dense"``: ``exp_ix_m_dense_propose``/
-        ``exp_ix_m_dense_observe`` on ``(p, log_w scratch, batch weights, eta,
-        gamma)`` with the set's draw and projection, on a capped simplex only."""
+        ``exp_ix_m_dense_observe`` on ``(p, weights scratch, batch weights, eta,
+        gamma, capped rows, (cap mass, free rows))`` with the set's draw, on a
+        capped simplex only."""
         if constraint is None or replaces(self, ExpIXM, ("propose", "observe")):
             return None
         if self.tree_ is not None:
@@ -205,22 +214,31 @@ def exp_ix_m_dense_propose(ps, ks, rng):  # pragma: no cover - compiled
 
 @njit(cache=True, error_model="numpy")
 def exp_ix_m_dense_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
-    """``ExpIXM.observe`` with ``state="dense"``: ``log p`` (row by row, into
-    the scratch ``log_w``) lowered by ``eta l_hat`` on the sampled rows (the
-    IX estimate, Neu 2015), then the KL projection onto K without mixing
-    (Algorithm 4, ``K.project(log_w, 0, log_domain=True)``, i.e.
-    ``capped_set_project``), written into ``p``; the action is ``1/k`` on the
-    sampled rows. O(n), as the Python method. numpy's error model: a division
-    by zero gives inf, as in the Python method."""
-    p, log_w, batch, eta, gamma = ps
-    k = ks[2]
-    for i in range(p.size):
-        log_w[i] = np.log(p[i])
+    """``ExpIXM.observe`` with ``state="dense"``: the weights ``p`` (into the
+    scratch ``w``) times ``exp(-eta l_hat_i)`` on the sampled rows (the IX
+    estimate, Neu 2015), then the KL projection onto K without mixing
+    (Algorithm 4, ``K.project(log p - eta l_hat, 0, log_domain=True)``) by
+    ``weights_row_caps``, the capped set warm-started from the last round's
+    (``log_row_caps`` from ``log w`` if the free weights underflow), written
+    into ``p``; the action is ``1/k`` on the sampled rows. O(n), in passes
+    that vectorise. numpy's error model: a division by zero gives inf."""
+    p, w, batch, eta, gamma, capped, book = ps
+    caps, k = ks[0], ks[2]
+    n = p.size
+    if capped_set_point(ks, p, capped):
+        return batch, rows, batch
+    kappa, log_kappa = capped_set_kappa(ks, 0.0)
+    if n * kappa[0] <= 1.0 + 1e-12 and ks[3] != 2:  # the k-set with k = n: the point 1/n
+        return batch, rows, batch
+    for i in range(n):
+        w[i] = p[i]
     for j in range(rows.size):
         i = rows[j]
-        log_w[i] -= eta * (1.0 - losses[j]) / (k * p[i] + gamma)
-    new_p, _ = capped_set_project(ks, log_w, 0.0)
-    p[:] = new_p
+        w[i] *= np.exp(-(eta * (1.0 - losses[j]) / (k * p[i] + gamma)))
+    if not weights_row_caps(p, w, capped, caps, kappa, 0.0, book, 0.0):
+        for i in range(n):
+            w[i] = np.log(w[i])
+        log_row_caps(p, w, capped, caps, kappa, log_kappa, 0.0, book)
     return batch, rows, batch
 
 

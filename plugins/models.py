@@ -237,22 +237,24 @@ class LogisticCEL(_ScaledLoss):
 
 
 @njit(cache=True, error_model="numpy")
-def _dot(x, w, base, d):  # pragma: no cover - compiled
-    """``sum_i x_i w_{base + i}`` over ``i < d`` in four running sums (the adds
-    of one sum wait on each other; four keep the FPU busy)."""
+def _dot(X, row, w, base, d):  # pragma: no cover - compiled
+    """``sum_i X[row, i] w_{base + i}`` over ``i < d`` in four running sums (the
+    adds of one sum wait on each other; four keep the FPU busy). The row is
+    read in place: a view of it (``X[row]``) made the 40 sums of a round
+    2.7 times slower."""
     s0 = 0.0
     s1 = 0.0
     s2 = 0.0
     s3 = 0.0
     i = 0
     while i + 4 <= d:
-        s0 += x[i] * w[base + i]
-        s1 += x[i + 1] * w[base + i + 1]
-        s2 += x[i + 2] * w[base + i + 2]
-        s3 += x[i + 3] * w[base + i + 3]
+        s0 += X[row, i] * w[base + i]
+        s1 += X[row, i + 1] * w[base + i + 1]
+        s2 += X[row, i + 2] * w[base + i + 2]
+        s3 += X[row, i + 3] * w[base + i + 3]
         i += 4
     while i < d:
-        s0 += x[i] * w[base + i]
+        s0 += X[row, i] * w[base + i]
         i += 1
     return (s0 + s1) + (s2 + s3)
 
@@ -314,14 +316,25 @@ def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
     scratch, fresh = ms[4], ms[5]
     r = scratch[:rows.size] if rows.size <= scratch.size else np.empty(rows.size)
     if rows.size >= BLAS_ROWS:
-        z = np.dot(_rows_of(X, rows), np.ascontiguousarray(w[:d]))
-        for j in range(rows.size):
-            r[j] = z[j] + b - y[rows[j]]
+        _linear_blas(w, X, rows, r)
     else:
         for j in range(rows.size):
-            r[j] = _dot(X[rows[j]], w, 0, d) + b - y[rows[j]]
+            r[j] = _dot(X, rows[j], w, 0, d)
+    for j in range(rows.size):
+        r[j] = r[j] + b - y[rows[j]]
     fresh[0] = rows.size if rows.size <= scratch.size else -1
     return r
+
+
+@njit(cache=True, error_model="numpy")
+def _linear_blas(w, X, rows, out):  # pragma: no cover - compiled
+    """``<theta, x_i>`` of ``rows`` into ``out`` by BLAS. Apart from the loop
+    over few rows: a function holding both paths paid 0.9 us per call on the
+    loop's path too."""
+    d = X.shape[1]
+    z = np.dot(_rows_of(X, rows), np.ascontiguousarray(w[:d]))
+    for j in range(rows.size):
+        out[j] = z[j]
 
 
 @njit(cache=True, error_model="numpy")
@@ -347,28 +360,36 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     g = np.zeros(w.size)
     bias = w.size > d
     if rows.size >= BLAS_ROWS:
-        coef = np.empty(rows.size)
-        total = 0.0
-        for j in range(rows.size):
-            keep = not (clips and r[j] * r[j] > scale)
-            coef[j] = 2.0 * weights[j] * r[j] if keep else 0.0
-            total += coef[j]
-        g[:d] = np.dot(coef, _rows_of(X, rows))
-        if bias:
-            g[d] = total
+        _linear_grad_blas(ms, X, rows, weights, r, g)
     else:
         for j in range(rows.size):
             if clips and r[j] * r[j] > scale:
                 continue
             s = 2.0 * weights[j] * r[j]
-            x = X[rows[j]]
+            row = rows[j]
             for c in range(d):
-                g[c] += s * x[c]
+                g[c] += s * X[row, c]
             if bias:
                 g[d] += s
     for c in range(w.size):
         g[c] /= scale
     return g
+
+
+@njit(cache=True, error_model="numpy")
+def _linear_grad_blas(ms, X, rows, weights, r, g):  # pragma: no cover - compiled
+    """``linear_mse_grad``'s sum over many rows by BLAS, into ``g`` (unscaled)."""
+    scale, clips = ms[0], ms[1]
+    d = X.shape[1]
+    coef = np.empty(rows.size)
+    total = 0.0
+    for j in range(rows.size):
+        keep = not (clips and r[j] * r[j] > scale)
+        coef[j] = 2.0 * weights[j] * r[j] if keep else 0.0
+        total += coef[j]
+    g[:d] = np.dot(coef, _rows_of(X, rows))
+    if g.size > d:
+        g[d] = total
 
 
 @njit(cache=True, error_model="numpy")
@@ -382,18 +403,17 @@ def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
     size = rows.size * C
     both = scratch[:2 * size] if 2 * size <= scratch.size else np.empty(2 * size)
     logp, prob = both[:size], both[size:]
-    blas = rows.size >= BLAS_ROWS
-    if blas:
-        W = w.reshape((C, d + 1))
-        Z = np.dot(_rows_of(X, rows), np.ascontiguousarray(W[:, :d].T))
+    if rows.size >= BLAS_ROWS:
+        _logits_blas(w, X, rows, C, logp)
+    else:
+        for j in range(rows.size):
+            for c in range(C):
+                logp[j * C + c] = _dot(X, rows[j], w, c * (d + 1), d)
     for j in range(rows.size):
         top = -np.inf
         at = j * C
         for c in range(C):
-            if blas:
-                z = Z[j, c] + w[c * (d + 1) + d]
-            else:
-                z = _dot(X[rows[j]], w, c * (d + 1), d) + w[c * (d + 1) + d]
+            z = logp[at + c] + w[c * (d + 1) + d]
             logp[at + c] = z
             if z > top:
                 top = z
@@ -411,6 +431,18 @@ def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
             prob[at + c] /= total
     fresh[0] = rows.size if 2 * size <= scratch.size else -1
     return both
+
+
+@njit(cache=True, error_model="numpy")
+def _logits_blas(w, X, rows, C, out):  # pragma: no cover - compiled
+    """``Theta x_i`` of ``rows`` (no bias) into ``out``, flat ``rows x C``, by
+    BLAS (apart from the loop over few rows, as ``_linear_blas``)."""
+    d = X.shape[1]
+    W = w.reshape((C, d + 1))
+    Z = np.dot(_rows_of(X, rows), np.ascontiguousarray(W[:, :d].T))
+    for j in range(rows.size):
+        for c in range(C):
+            out[j * C + c] = Z[j, c]
 
 
 @njit(cache=True, error_model="numpy")
@@ -438,31 +470,13 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
     logp, prob = both[:size], both[size:2 * size]
     g = np.zeros(C * (d + 1))
     if rows.size >= BLAS_ROWS:
-        G = np.zeros((rows.size, C))
-        for j in range(rows.size):
-            label = y[rows[j]]
-            if clips and -logp[j * C + label] > scale:
-                continue
-            for c in range(C):
-                s = prob[j * C + c]
-                if c == label:
-                    s -= 1.0
-                G[j, c] = s * weights[j]
-        GX = np.dot(np.ascontiguousarray(G.T), _rows_of(X, rows))
-        for c in range(C):
-            base = c * (d + 1)
-            total = 0.0
-            for j in range(rows.size):
-                total += G[j, c]
-            for i in range(d):
-                g[base + i] = GX[c, i]
-            g[base + d] = total
+        _logistic_grad_blas(ms, X, y, rows, weights, logp, prob, g)
     else:
         for j in range(rows.size):
             label = y[rows[j]]
             if clips and -logp[j * C + label] > scale:
                 continue
-            x = X[rows[j]]
+            row = rows[j]
             for c in range(C):
                 s = prob[j * C + c]
                 if c == label:
@@ -470,11 +484,37 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
                 s *= weights[j]
                 base = c * (d + 1)
                 for i in range(d):
-                    g[base + i] += s * x[i]
+                    g[base + i] += s * X[row, i]
                 g[base + d] += s
     for c in range(C * (d + 1)):
         g[c] /= scale
     return g
+
+
+@njit(cache=True, error_model="numpy")
+def _logistic_grad_blas(ms, X, y, rows, weights, logp, prob, g):  # pragma: no cover
+    """``logistic_cel_grad``'s sum over many rows by BLAS, into ``g`` (unscaled)."""
+    scale, clips, C = ms[0], ms[1], ms[3]
+    d = X.shape[1]
+    G = np.zeros((rows.size, C))
+    for j in range(rows.size):
+        label = y[rows[j]]
+        if clips and -logp[j * C + label] > scale:
+            continue
+        for c in range(C):
+            s = prob[j * C + c]
+            if c == label:
+                s -= 1.0
+            G[j, c] = s * weights[j]
+    GX = np.dot(np.ascontiguousarray(G.T), _rows_of(X, rows))
+    for c in range(C):
+        base = c * (d + 1)
+        total = 0.0
+        for j in range(rows.size):
+            total += G[j, c]
+        for i in range(d):
+            g[base + i] = GX[c, i]
+        g[base + d] = total
 
 
 @harness.hookimpl

@@ -1,5 +1,6 @@
 """Independent references the set tests compare against: an SLSQP solve of the
-capped KL projection and the random weights both set test modules draw."""
+capped KL projection, DepRound in plain Python, and the random weights both
+set test modules draw."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ except ImportError:  # pragma: no cover - optional
     def threadpool_limits(*args, **kwargs):
         return contextlib.nullcontext()
 
-__all__ = ["_wrong_projection_no_renormalisation", "bisect_euclidean", "random_weights",
-           "slsqp_kl_projection", "threadpool_limits"]
+__all__ = ["_wrong_projection_no_renormalisation", "bisect_euclidean", "python_depround_core",
+           "random_weights", "slsqp_kl_projection", "threadpool_limits"]
 
 _SOLVED: dict[tuple[bytes, bytes], np.ndarray] = {}
 
@@ -85,3 +86,33 @@ def _wrong_projection_no_renormalisation(w, kappa):
     """A known wrong KL projection, for the tests that show the reference's
     power: lambda = 1 / sum w, q = min(kappa, v), which no longer sums to 1."""
     return np.minimum(kappa, w / w.sum())
+
+
+def python_depround_core(x, u, k, *, invert_coin=False):
+    """Pure-Python drop-in for ``plugins.lib.capped.depround_core`` (same signature and
+    pairing: fractional entries paired in rounds, first with second, third with
+    fourth, the open one of each pair going on), for monkeypatching a wrong coin
+    into the real ``depround`` wrapper."""
+    live = [i for i in range(x.size) if 1e-12 < x[i] < 1.0 - 1e-12]
+    coin = 0
+    while len(live) > 1:
+        kept = []
+        for i, j in zip(live[0::2], live[1::2], strict=False):
+            xi, xj = x[i], x[j]
+            alpha, beta = min(1.0 - xi, xj), min(xi, 1.0 - xj)
+            prob_up = (alpha if invert_coin else beta) / (alpha + beta)
+            if u[coin] < prob_up:
+                xi, xj = xi + alpha, xj - alpha
+            else:
+                xi, xj = xi - beta, xj + beta
+            coin += 1
+            x[i], x[j] = xi, xj
+            if 1e-12 < xi < 1.0 - 1e-12:
+                kept.append(i)
+            elif 1e-12 < xj < 1.0 - 1e-12:
+                kept.append(j)
+        if len(live) % 2:
+            kept.append(live[-1])
+        live = kept
+    rows = np.flatnonzero(x > 0.5)
+    return rows if rows.size == k else np.full(k, -1, dtype=np.int64)

@@ -33,6 +33,7 @@ from conftest import game_cfg
 from reference_solvers import (
     _wrong_projection_no_renormalisation,
     bisect_euclidean,
+    python_depround_core,
     random_weights,
     slsqp_kl_projection,
     threadpool_limits,
@@ -320,30 +321,14 @@ def draws_matrix(sampler, p, n, draws, rng) -> np.ndarray:
 
 
 def python_multiset(kp, caps, k, rng, *, invert_coin=False):
-    """floor(k p) plus DepRound (Algorithm 5, fractional entries paired in index
-    order) of the fractional parts, in plain Python; ``invert_coin`` takes
-    +alpha with probability alpha / (alpha + beta) (a known wrong variant)."""
+    """floor(k p) plus DepRound (Algorithm 5, ``python_depround_core``'s pairing)
+    of the fractional parts, in plain Python; ``invert_coin`` takes +alpha
+    with probability alpha / (alpha + beta) (a known wrong variant)."""
     x = np.minimum(kp, caps)
     base = np.floor(x)
     f = x - base
     u = rng.random(x.size)
-    carry, coin = -1, 0
-    for j in range(x.size):
-        if f[j] <= 1e-12 or f[j] >= 1.0 - 1e-12:
-            continue
-        if carry < 0:
-            carry = j
-            continue
-        fi, fj = f[carry], f[j]
-        a, b = min(1.0 - fi, fj), min(fi, 1.0 - fj)
-        if u[coin] < (a if invert_coin else b) / (a + b):
-            fi, fj = fi + a, fj - a
-        else:
-            fi, fj = fi - b, fj + b
-        coin += 1
-        f[carry], f[j] = fi, fj
-        if fi <= 1e-12 or fi >= 1.0 - 1e-12:
-            carry = j if 1e-12 < fj < 1.0 - 1e-12 else -1
+    python_depround_core(f, u, int(round(f.sum())), invert_coin=invert_coin)
     m = (base + (f > 0.5)).astype(np.int64)
     rows = np.flatnonzero(m)
     return rows, m[rows]

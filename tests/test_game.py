@@ -79,7 +79,35 @@ def test_log_domain_survives_adversarial_switching_gains():
     one = np.zeros(n)
     one[0] = 1.0
     _play_rounds(pp, K, lambda t: one if t < 200 else np.roll(one, 7), 400)
-    assert pp.log_w_.max() == 0.0
+    # the weights kept beside the log-weights stay exp of them (relative 1e-12),
+    # and the kept bound on the largest log-weight holds and is below 200
+    assert np.all(np.isfinite(pp.weights_))
+    np.testing.assert_allclose(pp.weights_, np.exp(pp.log_w_raw_), rtol=1e-12, atol=0)
+    assert pp.log_w_raw_.max() <= pp.state_[2][0] <= 200.0
+
+
+@pytest.mark.parametrize(("eta", "confidence"), [(None, "all"), (None, "sampled"), (50.0, "all")])
+def test_projection_every_round_is_the_projection_of_the_log_weights(eta, confidence):
+    # seed 3, 5000 rounds (past a refresh of the weights at 4096), random
+    # losses: each round's p, from the warm-started projection of the weights
+    # kept beside the log-weights, is the log-domain projection of the
+    # log-weights computed afresh (capped_set_project) to 1e-12; eta = 50 makes
+    # gains above 100 (the weights recomputed at once) and capped rows
+    from plugins.lib.capped import capped_set_project
+
+    n, k, T = 30, 3, 5000
+    pp, K = _player(n, k, T, eta=eta, confidence=confidence)
+    rng, losses = np.random.default_rng(3), np.random.default_rng(4)
+    capped_seen = 0
+    for _ in range(T):
+        prop = pp.propose(rng)
+        pp.observe(losses.random(k) ** 3)
+        want, capped = capped_set_project(pp.set_state_, pp.log_w_, pp.gamma_)
+        np.testing.assert_allclose(pp.p, want, rtol=1e-12, atol=1e-15)
+        assert np.array_equal(pp.capped_, capped)
+        capped_seen += int(capped.sum())
+        del prop
+    assert capped_seen > 0 or eta is None
 
 
 @pytest.mark.parametrize("confidence", ["all", "sampled"])

@@ -26,6 +26,7 @@ from plugins.lib.capped import capped_kl_projection, depround
 
 from reference_solvers import (
     _wrong_projection_no_renormalisation,
+    python_depround_core,
     random_weights,
     slsqp_kl_projection,
 )
@@ -230,33 +231,6 @@ def reference_depround(p, k, draws, rng, *, invert_coin=False, normalise_to_one=
         j_frac = (xj_new > EPS) & (xj_new < 1.0 - EPS)
         carry[idx[i_done]] = np.where(j_frac[i_done], j, -1)
     return x > 0.5
-
-
-def python_depround_core(x, u, k, *, invert_coin=False):
-    """Pure-Python drop-in for ``plugins.lib.capped.depround_core`` (same signature), for
-    monkeypatching a wrong coin into the real ``depround`` wrapper."""
-    n = x.size
-    carry, coin = -1, 0
-    for j in range(n):
-        xj = x[j]
-        if xj <= EPS or xj >= 1.0 - EPS:
-            continue
-        if carry < 0:
-            carry = j
-            continue
-        xi = x[carry]
-        alpha, beta = min(1.0 - xi, xj), min(xi, 1.0 - xj)
-        prob_up = (alpha if invert_coin else beta) / (alpha + beta)
-        if u[coin] < prob_up:
-            xi, xj = xi + alpha, xj - alpha
-        else:
-            xi, xj = xi - beta, xj + beta
-        coin += 1
-        x[carry], x[j] = xi, xj
-        if xi <= EPS or xi >= 1.0 - EPS:
-            carry = j if EPS < xj < 1.0 - EPS else -1
-    rows = np.flatnonzero(x > 0.5)
-    return rows if rows.size == k else np.full(k, -1, dtype=np.int64)
 
 
 # DepRound statistical check. N = 20000 draws, seed 12345 (numpy default_rng).
