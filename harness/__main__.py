@@ -1,3 +1,3 @@
-from harness.cli import main
+from harness.command import main
 
 main()

@@ -142,8 +142,9 @@ def tuning_task(cfg: DictConfig) -> dict[str, float]:
 
 
 def main() -> None:
-    """``minimax-bench [overrides]``: an unknown option of a config group is one
-    line and exit 2 (before Hydra's longer message); then Hydra's app.
+    """``minimax-bench [overrides]`` (after ``harness.command.main`` started
+    the helpers): an unknown option of a config group is one line and exit 2
+    (before Hydra's longer message); then Hydra's app.
 
     The objects that exist when the command starts (its modules) and when it
     ends are moved out of the cyclic garbage collector's reach

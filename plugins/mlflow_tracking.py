@@ -6,10 +6,14 @@ Config (``tracking`` in ``conf/config.yaml``): ``enabled``, ``uri`` (default
 Metrics are logged in one batch per checkpoint with ``step`` = data points
 processed. Every experiment it creates or files runs in is tagged a
 model-training experiment (``mlflow.experimentKind``: MLflow 3's UI opens an
-experiment without a kind on its GenAI overview). mlflow is imported only here, and only
-when tracking is enabled, at the tracker's run start (the import and the
-store cost one to two seconds); the early check of a tracking server needs
-no mlflow.
+experiment without a kind on its GenAI overview). mlflow is imported only here
+(and in ``plugins.mlflow_worker``), and only when tracking is enabled, at the
+tracker's run start (the import and the store cost one to two seconds); the
+early check of a tracking server needs
+no mlflow. A single run of the ``minimax-bench`` command imports it in a
+helper process from the command's start instead (``plugins.mlflow_worker``,
+started by ``harness.command``), on the machine's other core, and logs
+through it.
 
 Faults: an unreachable tracking server stops a run before it computes
 anything; a server that fails mid-run does not lose checkpoints: they are
@@ -59,6 +63,7 @@ from omegaconf import OmegaConf
 import harness
 from harness import ConfigError, Param, state, tune
 from harness.params import validate
+from plugins import mlflow_worker
 
 SWEEP_FILE = "sweep.json"
 #: the run tag holding the key of the run's resolved parameters (``harness.state.key``)
@@ -68,9 +73,6 @@ EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 #: the longest preset-or-overrides part of a sweep's parent run name
 _MAX_SWEEP_LABEL = 100
 
-_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 _MAX_PARAMS_PER_BATCH = 100
 _MAX_PARAM_LEN = 6000
 
@@ -171,13 +173,28 @@ def run_name(context, role: str | None = None) -> str:
 def _client(uri: str | None):
     """An MlflowClient that gives up on an unreachable server within seconds:
     a checkpoint is then buffered instead of stalling the game for minutes of
-    retries (explicit MLFLOW_HTTP_REQUEST_* settings of the user win)."""
-    for key, value in _HTTP_DEFAULTS.items():
+    retries (explicit MLFLOW_HTTP_REQUEST_* settings of the user win). In the
+    command's helper process (``mlflow_worker.RemoteClient``) if it started one
+    and this is a single run."""
+    for key, value in mlflow_worker.HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
+    helper = mlflow_worker.started()
+    if helper is not None and _single_run():
+        return mlflow_worker.RemoteClient(helper, uri)
+    mlflow_worker.release()  # a multirun's jobs (a preset's) keep mlflow in-process
     with _gc_paused():  # mlflow, and the store the client opens, are imported here
         from mlflow.tracking import MlflowClient
 
         return MlflowClient(tracking_uri=uri)
+
+
+def _log_batch(client, run_id: str, **batch: list[tuple]) -> None:
+    """``client.log_batch`` of plain ``params`` ``(key, value)`` or ``metrics``
+    ``(key, value, timestamp, step)``: as entities for an in-process client."""
+    if not isinstance(client, mlflow_worker.RemoteClient):
+        with _gc_paused():
+            batch = mlflow_worker.entities(batch)
+    client.log_batch(run_id, **batch)
 
 
 @contextmanager
@@ -293,8 +310,6 @@ def on_run_start(context):
 def _start(context, settings: dict[str, Any]) -> None:
     """Open the store, then create the run (or take over a resumed one) and log its params."""
     client = _client(settings.get("uri") or None)
-    from mlflow.entities import Param as MlflowParam
-
     name = settings.get("experiment") or "minimax-bench"
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
@@ -323,11 +338,10 @@ def _start(context, settings: dict[str, Any]) -> None:
     ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
     context.state["mlflow"] = {**ids, "client": client, "pending": []}
     context.state.setdefault("resume", {})["mlflow"] = ids  # saved with the game state
-    params = [MlflowParam(k, str(v)[:_MAX_PARAM_LEN])
-              for k, v in sorted(context.params.items())]
+    params = [(k, str(v)[:_MAX_PARAM_LEN]) for k, v in sorted(context.params.items())]
     try:
         for start in range(0, len(params), _MAX_PARAMS_PER_BATCH):
-            client.log_batch(run_id, params=params[start:start + _MAX_PARAMS_PER_BATCH])
+            _log_batch(client, run_id, params=params[start:start + _MAX_PARAMS_PER_BATCH])
         client.log_dict(run_id, context.config, "config.yaml")
     except BaseException:
         context.state.pop("mlflow")
@@ -383,17 +397,15 @@ def _pending_file(context, handle) -> Path:
 
 def _flush(handle) -> None:
     """Send buffered records in order; stop at the first failure (kept for later)."""
-    from mlflow.entities import Metric
-
     client, pending = handle["client"], handle["pending"]
     while pending:
         record = pending[0]
         if "status" in record:
             client.set_terminated(handle["run_id"], status=record["status"])
         else:
-            batch = [Metric(k, v, record["timestamp"], record["step"])
+            batch = [(k, v, record["timestamp"], record["step"])
                      for k, v in record["metrics"].items()]
-            client.log_batch(handle["run_id"], metrics=batch)
+            _log_batch(client, handle["run_id"], metrics=batch)
         pending.pop(0)
 
 

@@ -176,6 +176,8 @@ WATCH_TASK = """
 
 
 def test_a_single_command_run_freezes_mlflow_with_its_objects(tmp_path, store):
+    # harness.cli.main starts no helper process (harness.command.main does,
+    # tests/test_mlflow_helper.py): mlflow loads in this process
     proc = _python(WATCH_TASK + f"""
     sys.argv = ["minimax-bench", "budget=2000", "checkpoints=2", "progress=false",
                 "state_dir=null", "reference.exact=false", "tracking.uri={store}"]

@@ -1,0 +1,259 @@
+"""A helper process that imports mlflow for the ``minimax-bench`` command and
+then serves the MLflow tracker's calls to one store.
+
+Importing mlflow and its SQLAlchemy store takes about 1.2 s of one core. The
+command starts this process (``prestart``, from ``harness.command``) before it
+loads anything heavy, so the import runs on the machine's other core while
+the command loads numpy, numba and the plugins, composes its config, loads
+the data and prepares the game; at run start the tracker opens its store here
+(``RemoteClient``) and every later call (create the run, log the params, each
+checkpoint, the final status) goes here and waits for the answer, as a call
+of an ``MlflowClient`` in the command's process would: checkpoints are logged
+live, and an error reaches the tracker's buffering as before.
+
+The protocol is pickled ``(number, client, method, args, kwargs)`` requests
+on the process's stdin and ``(number, ok, value)`` answers on its stdout
+(``"open"`` makes a client of a URI and answers its number); values are plain Python
+(an MLflow entity becomes a ``types.SimpleNamespace`` of its properties), so
+the command never imports mlflow. ``log_batch`` takes ``(key, value)``
+params and ``(key, value, timestamp, step)`` metrics. The process runs in
+a session of its own and ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C, or a
+scheduler's signal to the whole job, reaches the command, which still sends
+the run's KILLED status); it ends when its stdin closes: when the command
+ends, however it ends. If it cannot be started or dies, the tracker
+uses an in-process client instead (``RemoteClient`` switches itself over).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pickle
+import subprocess
+import sys
+import types
+from typing import Any
+
+#: set to 0 to keep mlflow in the command's own process
+ENV_SWITCH = "MINIMAX_BENCH_MLFLOW_HELPER"
+#: HTTP settings of the tracker's clients (explicit settings of the user win):
+#: an unreachable server fails a call within seconds, not minutes of retries
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+#: the helper ``prestart`` started in this process, if any
+_STARTED: list[Helper] = []
+
+
+class HelperError(RuntimeError):
+    """An error raised in the helper process: its type and message."""
+
+
+class HelperGone(HelperError):
+    """The helper process ended (or its pipes broke)."""
+
+
+class Helper:
+    """The helper process and its pipes."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.used = False
+        self.sent = 0  # requests sent; answers carry their number
+
+    def call(self, client: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``name(*args, **kwargs)`` of the helper's client ``client`` (``"open"``:
+        a new client of the URI ``args[0]`` in the folder ``args[1]``; its number
+        is the answer). An answer left unread by an interrupted call (a Ctrl-C
+        while it waited) is skipped by the next one. Anything on the answer
+        channel that is not an answer means the helper cannot be trusted: it
+        is stopped (``HelperGone``)."""
+        self.used = True
+        self.sent += 1
+        try:
+            pickle.dump((self.sent, client, name, args, kwargs), self.proc.stdin,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+            self.proc.stdin.flush()
+            while True:
+                number, ok, value = pickle.load(self.proc.stdout)
+                if number == self.sent:
+                    break
+        except Exception as err:  # noqa: BLE001 - a broken pipe, an end, a corrupt answer
+            self.proc.kill()
+            raise HelperGone(f"the MLflow helper process ended ({err!r})") from None
+        if ok:
+            return value
+        raise HelperError(value)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Close its stdin (it ends) and wait for it: the store is closed when
+        the command ends. A helper never called (a config error, a run that
+        did not track) is stopped at once, wherever its import is."""
+        if not self.used:
+            self.proc.kill()
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+def prestart(argv: list[str]) -> None:
+    """Start the helper for a single run of the command that may track
+    (``harness.command``): not for ``--multirun`` (its jobs may run anywhere),
+    ``tracking.enabled=false``, or a process that has loaded mlflow already.
+    It is closed when the process ends. The tracker uses it for a single
+    run only: a preset's multirun stops it (``release``)."""
+    if _STARTED or "mlflow" in sys.modules or any(a in ("-m", "--multirun") for a in argv):
+        return
+    if any(a.replace(" ", "").lower().lstrip("+~") == "tracking.enabled=false" for a in argv):
+        return
+    helper = start(HTTP_DEFAULTS)
+    if helper is not None:
+        _STARTED.append(helper)
+        atexit.register(helper.close)
+
+
+def started() -> Helper | None:
+    """The helper ``prestart`` started, if any."""
+    return _STARTED[0] if _STARTED else None
+
+
+def release() -> None:
+    """Stop the helper ``prestart`` started, if it was never called (a run that
+    does not use it)."""
+    if _STARTED and not _STARTED[0].used:
+        _STARTED.pop().close()
+
+
+def start(env: dict[str, str] | None = None) -> Helper | None:
+    """Start the helper (importing mlflow at once), or None if it is switched off
+    (``MINIMAX_BENCH_MLFLOW_HELPER=0``) or cannot be started. ``env``:
+    variables to set in its environment if unset (the tracker's HTTP defaults)."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    environ = dict(os.environ)
+    for key, value in (env or {}).items():
+        environ.setdefault(key, value)
+    try:
+        # -P: the working directory's own modules (a project's plugins/) stay out of its path
+        proc = subprocess.Popen([sys.executable, "-P", "-m", __name__], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=environ, start_new_session=True)
+    except OSError:
+        return None
+    return Helper(proc)
+
+
+class RemoteClient:
+    """The ``MlflowClient`` methods the tracker calls, run in the helper
+    (``log_batch`` takes plain params and metrics, see the module docstring).
+    If the helper fails to answer, the client switches to an ``MlflowClient``
+    in this process for this call and every later one."""
+
+    def __init__(self, helper: Helper, uri: str | None) -> None:
+        self._helper: Helper | None = helper
+        self._uri = uri
+        self._direct: Any = None
+        try:  # the working directory: a relative sqlite:///... means the same file
+            self._id, self.tracking_uri = helper.call(0, "open", uri, os.getcwd())
+        except HelperGone:
+            self._switch()
+
+    def _switch(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self._helper = None
+        self._direct = MlflowClient(tracking_uri=self._uri)
+        self.tracking_uri = self._direct.tracking_uri
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._helper is not None:
+                try:
+                    return self._helper.call(self._id, name, *args, **kwargs)
+                except HelperGone:
+                    self._switch()
+            return getattr(self._direct, name)(*args, **entities(kwargs))
+
+        return call
+
+
+def entities(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``log_batch``'s plain params and metrics as MLflow entities."""
+    if "params" not in kwargs and "metrics" not in kwargs:
+        return kwargs
+    from mlflow.entities import Metric, Param
+
+    out = dict(kwargs)
+    if "params" in out:
+        out["params"] = [Param(*p) for p in out["params"]]
+    if "metrics" in out:
+        out["metrics"] = [Metric(*m) for m in out["metrics"]]
+    return out
+
+
+def plain(value: Any) -> Any:
+    """An MLflow entity as a ``SimpleNamespace`` of its properties, recursively."""
+    from mlflow.entities._mlflow_object import _MlflowObject
+
+    if isinstance(value, _MlflowObject):
+        return types.SimpleNamespace(**{key: plain(item) for key, item in value})
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if type(value).__module__.startswith("mlflow"):  # unpickling it would import mlflow
+        return str(value)
+    return value
+
+
+def serve() -> None:
+    """The helper's loop: import mlflow, then answer requests until stdin
+    closes; then the process ends at once."""
+    import gc
+    import signal
+
+    gc.disable()  # a short-lived process: collections would only walk mlflow's objects
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # it ends when the command does
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    # nothing but answers on the answer channel: file descriptor 1 (C code,
+    # child processes) and sys.stdout go to stderr; answers to a copy of the pipe
+    requests = sys.stdin.buffer
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from mlflow.tracking import MlflowClient
+
+    with contextlib.suppress(ImportError):  # the store of the command's default URI
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    clients: dict[int, Any] = {}
+    while True:
+        try:
+            sent, number, name, args, kwargs = pickle.load(requests)
+        except Exception as err:  # noqa: BLE001 - the command ended (or broke a request off)
+            # every answer was sent after its write; no interpreter teardown of
+            # mlflow's modules (half a second)
+            sys.stderr.flush()
+            os._exit(0 if isinstance(err, EOFError) else 1)
+        try:
+            if name == "open":
+                os.chdir(args[1])
+                number = len(clients) + 1
+                clients[number] = MlflowClient(tracking_uri=args[0])
+                answer = (sent, True, (number, clients[number].tracking_uri))
+            else:
+                call = getattr(clients[number], name)
+                answer = (sent, True, plain(call(*args, **entities(kwargs))))
+        except Exception as err:  # noqa: BLE001 - every error goes back to the caller
+            answer = (sent, False, f"{type(err).__name__}: {err}")
+        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
+        answers.flush()
+
+
+if __name__ == "__main__":
+    serve()

@@ -1,0 +1,177 @@
+"""The MLflow helper process of the ``minimax-bench`` command (``plugins.mlflow_worker``).
+
+* calls through the helper reach the store as an in-process client's would
+  (read back by an ``MlflowClient`` of this process), and their answers are
+  plain Python;
+* an error in the helper comes back with its type and message;
+* a helper that dies is replaced by an in-process client, call by call;
+* a helper never called is stopped at once when the command ends;
+* a single run of the command logs through the helper and never loads mlflow
+  itself; with ``MINIMAX_BENCH_MLFLOW_HELPER=0`` it loads mlflow in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from plugins import mlflow_tracking, mlflow_worker
+
+from conftest import cli_env
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def helper():
+    started = mlflow_worker.start()
+    assert started is not None
+    yield started
+    started.close()
+
+
+def test_calls_through_the_helper_reach_the_store(tmp_path, helper):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow_worker.RemoteClient(helper, uri)
+    assert client.tracking_uri == uri
+    experiment = client.create_experiment("helper", tags={"kind": "test"})
+    run = client.create_run(experiment, tags={"t": "1"}, run_name="through-the-helper")
+    assert isinstance(run, types.SimpleNamespace)
+    run_id = run.info.run_id
+    mlflow_tracking._log_batch(client, run_id, params=[("eta", "0.5"), ("k", "20")])
+    mlflow_tracking._log_batch(client, run_id, metrics=[("gap", 0.25, 1000, 40),
+                                                        ("gap", 0.125, 2000, 80)])
+    client.set_terminated(run_id, status="FINISHED")
+    # the answers are plain Python: no mlflow needed to read them
+    found = client.get_experiment_by_name("helper")
+    assert found.experiment_id == experiment and found.tags["kind"] == "test"
+    assert [m.step for m in client.get_metric_history(run_id, "gap")] == [40, 80]
+    # and the store holds what an in-process client reads
+    stored = MlflowClient(uri).get_run(run_id)
+    assert stored.data.params == {"eta": "0.5", "k": "20"}
+    assert stored.data.metrics == {"gap": 0.125}
+    assert stored.info.status == "FINISHED" and stored.info.run_name == "through-the-helper"
+
+
+def test_an_error_in_the_helper_comes_back_with_its_type(tmp_path, helper):
+    client = mlflow_worker.RemoteClient(helper, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with pytest.raises(mlflow_worker.HelperError, match="MlflowException: Run .*not found"):
+        client.get_run("0" * 32)
+    assert client.get_experiment_by_name("none") is None  # and it goes on answering
+
+
+def test_a_helper_that_dies_is_replaced_by_an_in_process_client(tmp_path, helper):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow_worker.RemoteClient(helper, uri)
+    experiment = client.create_experiment("before")
+    helper.proc.kill()
+    helper.proc.wait()
+    run = client.create_run(experiment)  # in this process from here on
+    mlflow_tracking._log_batch(client, run.info.run_id, metrics=[("gap", 0.5, 1, 3)])
+    assert MlflowClient(uri).get_run(run.info.run_id).data.metrics == {"gap": 0.5}
+    # a new client of the dead helper starts in-process too
+    assert mlflow_worker.RemoteClient(helper, uri).get_experiment_by_name("before") is not None
+
+
+def test_a_helper_never_called_is_stopped_at_once():
+    started = mlflow_worker.start()
+    started.close()
+    assert started.proc.returncode == -9  # killed, not waited for mid-import
+
+
+def test_the_helper_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(mlflow_worker.ENV_SWITCH, "0")
+    assert mlflow_worker.start() is None
+
+
+# a command run (as the console script runs it) that reports, at its exit,
+# whether this process loaded mlflow
+COMMAND = """
+    import atexit, json, sys
+    import harness.command
+    atexit.register(lambda: print(json.dumps({{"mlflow": "mlflow" in sys.modules}})))
+    sys.argv = ["minimax-bench", "budget=2000", "checkpoints=2", "progress=false",
+                "state_dir=null", "reference.exact=false", "tracking.uri={uri}"]
+    harness.command.main()
+"""
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_a_command_run_logs_through_the_helper_without_loading_mlflow(tmp_path, switch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**cli_env(), mlflow_worker.ENV_SWITCH: switch,
+           "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH"))
+                                         if p)}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(COMMAND.format(uri=uri))],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"mlflow": switch == "0"}
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("minimax-bench").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["budget"] == "2000"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "dual_gap")]
+    assert len(steps) >= 2 and steps == sorted(set(steps)) and steps[-1] == 2000
+
+
+def test_an_answer_left_by_an_interrupted_call_is_skipped(tmp_path, helper, monkeypatch):
+    # a Ctrl-C while a call waits for its answer: the next call reads its own
+    client = mlflow_worker.RemoteClient(helper, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    real_load = mlflow_worker.pickle.load
+
+    def interrupted(stream):
+        monkeypatch.setattr(mlflow_worker.pickle, "load", real_load)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mlflow_worker.pickle, "load", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        client.create_experiment("first")
+    experiment = client.get_experiment_by_name("first")  # not create_experiment's answer
+    assert experiment.name == "first"
+    assert client.create_experiment("second") != experiment.experiment_id
+
+
+def test_a_corrupt_answer_stops_the_helper_and_the_client_goes_on(tmp_path, helper):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow_worker.RemoteClient(helper, uri)
+    # what C code or a child process writing to file descriptor 1 would have
+    # done to the answer channel, had the helper not moved it to stderr
+    helper.proc.stdout = __import__("io").BufferedReader(__import__("io").BytesIO(b"INFO x\n"))
+    experiment = client.create_experiment("after")  # in this process now
+    assert helper.proc.wait(timeout=60) is not None
+    assert MlflowClient(uri).get_experiment(experiment).name == "after"
+
+
+def test_a_multirun_job_releases_an_unused_helper(tmp_path, monkeypatch):
+    # a preset's multirun starts the helper (no -m on the command line); its
+    # jobs keep mlflow in-process and stop the helper
+    started = mlflow_worker.start()
+    monkeypatch.setattr(mlflow_worker, "_STARTED", [started])
+    monkeypatch.setattr(mlflow_tracking, "_single_run", lambda: False)
+    client = mlflow_tracking._client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert isinstance(client, MlflowClient)
+    assert mlflow_worker.started() is None and started.proc.returncode == -9
+
+
+@pytest.mark.parametrize(("argv", "starts"), [
+    (["budget=4000"], True),
+    (["-m", "seed=0,1"], False),
+    (["+tracking.enabled=false"], False),
+    (["tracking.enabled = False"], False),
+])
+def test_which_command_lines_start_the_helper(monkeypatch, argv, starts):
+    monkeypatch.setattr(mlflow_worker, "_STARTED", [])
+    monkeypatch.delitem(sys.modules, "mlflow", raising=False)
+    calls = []
+    monkeypatch.setattr(mlflow_worker, "start", lambda env=None: calls.append(env) or None)
+    mlflow_worker.prestart(argv)
+    assert bool(calls) is starts
