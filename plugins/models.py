@@ -237,24 +237,24 @@ class LogisticCEL(_ScaledLoss):
 
 
 @njit(cache=True, error_model="numpy")
-def _dot(X, row, w, base, d):  # pragma: no cover - compiled
-    """``sum_i X[row, i] w_{base + i}`` over ``i < d`` in four running sums (the
-    adds of one sum wait on each other; four keep the FPU busy). The row is
-    read in place: a view of it (``X[row]``) made the 40 sums of a round
-    2.7 times slower."""
+def _dot(x, v, d):  # pragma: no cover - compiled
+    """``sum_i x_i v_i`` over ``i < d`` in four running sums (the adds of one
+    sum wait on each other; four keep the FPU busy). Callers pass views of
+    the row and of the weights (faster than indexing into the whole arrays:
+    0.86 against 1.04 us for the logits of a round)."""
     s0 = 0.0
     s1 = 0.0
     s2 = 0.0
     s3 = 0.0
     i = 0
     while i + 4 <= d:
-        s0 += X[row, i] * w[base + i]
-        s1 += X[row, i + 1] * w[base + i + 1]
-        s2 += X[row, i + 2] * w[base + i + 2]
-        s3 += X[row, i + 3] * w[base + i + 3]
+        s0 += x[i] * v[i]
+        s1 += x[i + 1] * v[i + 1]
+        s2 += x[i + 2] * v[i + 2]
+        s3 += x[i + 3] * v[i + 3]
         i += 4
     while i < d:
-        s0 += X[row, i] * w[base + i]
+        s0 += x[i] * v[i]
         i += 1
     return (s0 + s1) + (s2 + s3)
 
@@ -318,8 +318,9 @@ def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
     if rows.size >= BLAS_ROWS:
         _linear_blas(w, X, rows, r)
     else:
+        theta = w[:d]
         for j in range(rows.size):
-            r[j] = _dot(X, rows[j], w, 0, d)
+            r[j] = _dot(X[rows[j]], theta, d)
     for j in range(rows.size):
         r[j] = r[j] + b - y[rows[j]]
     fresh[0] = rows.size if rows.size <= scratch.size else -1
@@ -366,9 +367,9 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
             if clips and r[j] * r[j] > scale:
                 continue
             s = 2.0 * weights[j] * r[j]
-            row = rows[j]
+            x, gd = X[rows[j]], g[:d]  # views: the loop vectorises (2x faster)
             for c in range(d):
-                g[c] += s * X[row, c]
+                gd[c] += s * x[c]
             if bias:
                 g[d] += s
     for c in range(w.size):
@@ -407,8 +408,9 @@ def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
         _logits_blas(w, X, rows, C, logp)
     else:
         for j in range(rows.size):
+            x = X[rows[j]]
             for c in range(C):
-                logp[j * C + c] = _dot(X, rows[j], w, c * (d + 1), d)
+                logp[j * C + c] = _dot(x, w[c * (d + 1):c * (d + 1) + d], d)
     for j in range(rows.size):
         top = -np.inf
         at = j * C
@@ -476,15 +478,16 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
             label = y[rows[j]]
             if clips and -logp[j * C + label] > scale:
                 continue
-            row = rows[j]
+            x = X[rows[j]]
             for c in range(C):
                 s = prob[j * C + c]
                 if c == label:
                     s -= 1.0
                 s *= weights[j]
                 base = c * (d + 1)
+                gc = g[base:base + d]  # views: the loop vectorises (2x faster)
                 for i in range(d):
-                    g[base + i] += s * X[row, i]
+                    gc[i] += s * x[i]
                 g[base + d] += s
     for c in range(C * (d + 1)):
         g[c] /= scale
