@@ -301,15 +301,16 @@ def exp4mp_project(ps, ks, refresh, c):  # pragma: no cover - compiled
         return
     kappa, log_kappa = capped_set_kappa(ks, gamma)
     if c > 0.0:
-        if gamma > 0.0 and c * n / (k * gamma) < TAYLOR_BELOW:
-            # every p_i >= gamma / n: every increment is below TAYLOR_BELOW,
+        # every p_i >= gamma / n: no increment is above c n / (k gamma)
+        most = c * n / (k * gamma) if gamma > 0.0 else np.inf
+        if most < TAYLOR_BELOW:
             # the Taylor polynomial of exp in a pass free of branches
             for i in range(n):
                 d = 0.0 if capped[i] else c * (1.0 / (k * p[i]))
                 log_w[i] += d
                 w[i] *= _exp_taylor(d)
-            book[0] += c * n / (k * gamma)
-            book[1] += c * n / (k * gamma)
+            book[0] += most
+            book[1] += most
         else:
             largest = 0.0
             for i in range(n):

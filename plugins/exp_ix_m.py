@@ -228,8 +228,6 @@ def exp_ix_m_dense_observe(ps, ks, rows, weights, losses):  # pragma: no cover -
     if capped_set_point(ks, p, capped):
         return batch, rows, batch
     kappa, log_kappa = capped_set_kappa(ks, 0.0)
-    if n * kappa[0] <= 1.0 + 1e-12 and ks[3] != 2:  # the k-set with k = n: the point 1/n
-        return batch, rows, batch
     for i in range(n):
         w[i] = p[i]
     for j in range(rows.size):

@@ -306,3 +306,20 @@ def test_adacvar_all_rows_keeps_the_gains_form():
     expected = before.copy()
     expected[prop.rows] += derived["eta"] * losses / m[prop.rows]
     np.testing.assert_allclose(pp.log_w_, expected - expected.max(), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("p_player", ["exp_ix_m", "exp4mp"])
+def test_on_the_kset_with_k_equal_n_p_stays_the_point(p_player):
+    # seed 0, 300 rounds of random losses: S_{n,n} is the single point 1/n, and
+    # the projection (without a special case for it) keeps p there exactly
+    n = 10
+    K = harness.build("constraint_set", "kset", n=n, k=n)
+    pp = harness.build("p_player", p_player, **({"state": "dense"} if p_player == "exp_ix_m"
+                                                 else {}))
+    pp.setup(K, 1000)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        prop = pp.propose(rng)
+        assert np.array_equal(np.sort(prop.rows), np.arange(n))
+        pp.observe(rng.random(prop.rows.size))
+        np.testing.assert_allclose(pp.p, 1.0 / n, rtol=1e-14, atol=0)
