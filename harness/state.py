@@ -22,8 +22,9 @@ from typing import Any
 
 #: the saved states' format; a state of another format is not resumed (the run
 #: starts afresh). 3: EXP4.MP's and dense EXP-IX-M's state tuples changed, and
-#: DepRound's pairing (a resumed run would not match an uninterrupted one)
-FORMAT = 3
+#: DepRound's pairing (a resumed run would not match an uninterrupted one). 4:
+#: DepRound's pairing again, and the kernels' exp and log (``plugins.lib.vecmath``)
+FORMAT = 4
 
 
 def key(params: dict[str, Any]) -> str:

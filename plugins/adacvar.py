@@ -13,6 +13,7 @@ from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.lib.vecmath import vexp
 
 
 def dpp_marginals(log_w: np.ndarray, k: int) -> np.ndarray:
@@ -34,16 +35,17 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, error_model="numpy")
 def _sigmoid_at(z):  # pragma: no cover - compiled
-    """``1 / (1 + e^-z)`` at one point, without overflow (``e^z / (1 + e^z)`` for
-    ``z < 0``), with the C library's ``exp``. The root finder (``_dpp_solve``), the
-    marginals of the Python loop and those of the compiled round engine all use it,
-    so the three agree to the bit (numpy's vectorised ``exp`` can differ in the last
+    """``1 / (1 + e^-z)`` at one point, without overflow (``e^z / (1 + e^z)``,
+    taken as ``e^z`` times ``1 / (1 + e^z)``, for ``z < 0``), with ``vexp``
+    (``plugins.lib.vecmath``), one division and no branch, so that the loops
+    calling it vectorise. The root finder (``_dpp_solve``), the marginals
+    of the Python loop and those of the compiled round engine all use it, so the
+    three agree to the bit (numpy's vectorised ``exp`` can differ in the last
     bit, and the updates, which divide by the marginals, amplify any difference
     from round to round)."""
-    if z >= 0.0:
-        return 1.0 / (1.0 + np.exp(-z))
-    e = np.exp(z)
-    return e / (1.0 + e)
+    e = vexp(-abs(z))
+    r = 1.0 / (1.0 + e)  # one division: e / (1 + e) is e r, to within an ulp
+    return r if z >= 0.0 else e * r
 
 
 @njit(cache=True, error_model="numpy")
@@ -230,17 +232,16 @@ def _moments(sig):  # pragma: no cover - compiled
 @njit(cache=True, error_model="numpy")
 def _sigmoid_pass(log_w, nu, sig):  # pragma: no cover - compiled
     """``sig = sigmoid(nu + log_w)`` and the first two sums of ``_moments(sig)``
-    (``sum s``, ``sum s (1 - s)``), in the same four partial sums."""
+    (``sum s``, ``sum s (1 - s)``), in the same four partial sums. The
+    sigmoids come first, in a loop of their own, which vectorises."""
     n = log_w.size
+    for i in range(n):
+        sig[i] = _sigmoid_at(nu + log_w[i])
     a0 = a1 = a2 = a3 = 0.0
     b0 = b1 = b2 = b3 = 0.0
     i = 0
     while i + 4 <= n:
-        s0 = _sigmoid_at(nu + log_w[i])
-        s1 = _sigmoid_at(nu + log_w[i + 1])
-        s2 = _sigmoid_at(nu + log_w[i + 2])
-        s3 = _sigmoid_at(nu + log_w[i + 3])
-        sig[i], sig[i + 1], sig[i + 2], sig[i + 3] = s0, s1, s2, s3
+        s0, s1, s2, s3 = sig[i], sig[i + 1], sig[i + 2], sig[i + 3]
         a0 += s0
         a1 += s1
         a2 += s2
@@ -251,8 +252,7 @@ def _sigmoid_pass(log_w, nu, sig):  # pragma: no cover - compiled
         b3 += s3 * (1.0 - s3)
         i += 4
     while i < n:
-        s0 = _sigmoid_at(nu + log_w[i])
-        sig[i] = s0
+        s0 = sig[i]
         a0 += s0
         b0 += s0 * (1.0 - s0)
         i += 1

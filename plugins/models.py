@@ -24,6 +24,7 @@ from numba import njit
 import harness
 from harness import Param, stream
 from harness.engine import Compiled, replaces
+from plugins.lib.vecmath import vexp, vlog
 
 _SCALE = Param(float, low=0.0, low_open=True, nullable=True,
                doc="divide losses by this; None: the proven bound (no clipping)")
@@ -395,56 +396,67 @@ def _linear_grad_blas(ms, X, rows, weights, r, g):  # pragma: no cover - compile
 
 @njit(cache=True, error_model="numpy")
 def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
-    """Row-wise log-softmax of the logits of ``rows`` (``C x (d + 1)`` row-major
-    ``w``), flat ``rows x C``, then the softmax ``exp(z_c - top) / total``
-    (the terms of the log's sum, divided: no second ``exp``), flat after it;
-    both kept for the next ``grad``."""
+    """Log-softmax of the logits of ``rows`` (``C x (d + 1)`` row-major ``w``),
+    class-major (entry ``c * rows + j``: each class's values of the rows in
+    one run, so the passes below run across the rows and vectorise), then
+    the softmax ``exp(z_c - top) / total`` (the terms of the log's sum,
+    divided: no second ``exp``) after it; both kept for the next ``grad``.
+    ``exp`` and ``log`` are ``vexp`` and ``vlog`` (``plugins.lib.vecmath``),
+    which vectorise."""
     d = X.shape[1]
+    R = rows.size
     scratch, fresh = ms[4], ms[5]
-    size = rows.size * C
+    size = R * C
     both = scratch[:2 * size] if 2 * size <= scratch.size else np.empty(2 * size)
     logp, prob = both[:size], both[size:]
-    if rows.size >= BLAS_ROWS:
+    if R >= BLAS_ROWS:
         _logits_blas(w, X, rows, C, logp)
     else:
-        for j in range(rows.size):
+        for j in range(R):
             x = X[rows[j]]
             for c in range(C):
-                logp[j * C + c] = _dot(x, w[c * (d + 1):c * (d + 1) + d], d)
-    for j in range(rows.size):
-        top = -np.inf
-        at = j * C
-        for c in range(C):
-            z = logp[at + c] + w[c * (d + 1) + d]
-            logp[at + c] = z
-            if z > top:
-                top = z
-        total = 0.0
-        for c in range(C):
-            logp[at + c] -= top
-            v = logp[at + c]
-            # the largest logit's term is exp(0) = 1 exactly: no call
-            e = 1.0 if v == 0.0 else np.exp(v)
-            prob[at + c] = e
-            total += e
-        lt = np.log(total)
-        for c in range(C):
-            logp[at + c] -= lt
-            prob[at + c] /= total
-    fresh[0] = rows.size if 2 * size <= scratch.size else -1
+                logp[c * R + j] = _dot(x, w[c * (d + 1):c * (d + 1) + d], d)
+    top = np.full(R, -np.inf)
+    for c in range(C):
+        bias = w[c * (d + 1) + d]
+        z = logp[c * R:(c + 1) * R]
+        for j in range(R):
+            v = z[j] + bias
+            z[j] = v
+            top[j] = v if v > top[j] else top[j]
+    total = np.zeros(R)
+    for c in range(C):
+        z, e = logp[c * R:(c + 1) * R], prob[c * R:(c + 1) * R]
+        for j in range(R):
+            v = z[j] - top[j]
+            z[j] = v
+            e[j] = vexp(v)  # exp(0) = 1 exactly: the largest logit's term
+            total[j] += e[j]
+    for j in range(R):
+        top[j] = vlog(total[j])  # top: now the log of the sum
+    for c in range(C):
+        z, e = logp[c * R:(c + 1) * R], prob[c * R:(c + 1) * R]
+        for j in range(R):
+            z[j] -= top[j]
+            e[j] /= total[j]
+    fresh[0] = R if 2 * size <= scratch.size else -1
     return both
 
 
 @njit(cache=True, error_model="numpy")
 def _logits_blas(w, X, rows, C, out):  # pragma: no cover - compiled
-    """``Theta x_i`` of ``rows`` (no bias) into ``out``, flat ``rows x C``, by
-    BLAS (apart from the loop over few rows, as ``_linear_blas``)."""
+    """``Theta x_i`` of ``rows`` (no bias) into ``out``, class-major (``C x
+    rows``, flat), by BLAS (apart from the loop over few rows, as
+    ``_linear_blas``)."""
     d = X.shape[1]
     W = w.reshape((C, d + 1))
+    # rows x C, as numpy's X @ W.T (the class-major product, W X^T, costs 2.5x:
+    # X^T is not C-ordered)
     Z = np.dot(_rows_of(X, rows), np.ascontiguousarray(W[:, :d].T))
-    for j in range(rows.size):
-        for c in range(C):
-            out[j * C + c] = Z[j, c]
+    R = rows.size
+    for c in range(C):
+        for j in range(R):
+            out[c * R + j] = Z[j, c]
 
 
 @njit(cache=True, error_model="numpy")
@@ -452,10 +464,11 @@ def logistic_cel_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LogisticCEL.losses`` of ``rows``: cross-entropy over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
     C = ms[3]
-    logp = _logistic_logp(ms, w, X, y, rows, C)[:rows.size * C]
-    raw = np.empty(rows.size)
-    for j in range(rows.size):
-        raw[j] = -logp[j * C + y[rows[j]]]
+    R = rows.size
+    logp = _logistic_logp(ms, w, X, y, rows, C)[:R * C]
+    raw = np.empty(R)
+    for j in range(R):
+        raw[j] = -logp[y[rows[j]] * R + j]
     return _scaled(ms, raw)
 
 
@@ -464,23 +477,24 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
     """``LogisticCEL.grad``: ``(softmax - onehot) weights`` packed as ``C x (d + 1)``."""
     scale, clips, C = ms[0], ms[1], ms[3]
     d = X.shape[1]
+    R = rows.size
     both = _cached(ms, rows, 2 * C)
-    if both.size == 0 and rows.size > 0:
+    if both.size == 0 and R > 0:
         both = _logistic_logp(ms, w, X, y, rows, C)
         ms[5][0] = -1
-    size = rows.size * C
+    size = R * C
     logp, prob = both[:size], both[size:2 * size]
     g = np.zeros(C * (d + 1))
-    if rows.size >= BLAS_ROWS:
+    if R >= BLAS_ROWS:
         _logistic_grad_blas(ms, X, y, rows, weights, logp, prob, g)
     else:
-        for j in range(rows.size):
+        for j in range(R):
             label = y[rows[j]]
-            if clips and -logp[j * C + label] > scale:
+            if clips and -logp[label * R + j] > scale:
                 continue
             x = X[rows[j]]
             for c in range(C):
-                s = prob[j * C + c]
+                s = prob[c * R + j]
                 if c == label:
                     s -= 1.0
                 s *= weights[j]
@@ -496,25 +510,26 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
 
 @njit(cache=True, error_model="numpy")
 def _logistic_grad_blas(ms, X, y, rows, weights, logp, prob, g):  # pragma: no cover
-    """``logistic_cel_grad``'s sum over many rows by BLAS, into ``g`` (unscaled)."""
+    """``logistic_cel_grad``'s sum over many rows by BLAS, into ``g`` (unscaled):
+    ``G = (softmax - onehot) weights`` class-major, then ``G X``."""
     scale, clips, C = ms[0], ms[1], ms[3]
     d = X.shape[1]
-    G = np.zeros((rows.size, C))
-    for j in range(rows.size):
-        label = y[rows[j]]
-        if clips and -logp[j * C + label] > scale:
-            continue
-        for c in range(C):
-            s = prob[j * C + c]
-            if c == label:
-                s -= 1.0
-            G[j, c] = s * weights[j]
-    GX = np.dot(np.ascontiguousarray(G.T), _rows_of(X, rows))
+    R = rows.size
+    G = np.empty((C, R))
+    for c in range(C):
+        for j in range(R):
+            G[c, j] = (prob[c * R + j] - (1.0 if y[rows[j]] == c else 0.0)) * weights[j]
+    if clips:
+        for j in range(R):
+            if -logp[y[rows[j]] * R + j] > scale:
+                for c in range(C):
+                    G[c, j] = 0.0
+    GX = np.dot(G, _rows_of(X, rows))
     for c in range(C):
         base = c * (d + 1)
         total = 0.0
-        for j in range(rows.size):
-            total += G[j, c]
+        for j in range(R):
+            total += G[c, j]
         for i in range(d):
             g[base + i] = GX[c, i]
         g[base + d] = total

@@ -90,29 +90,29 @@ def _wrong_projection_no_renormalisation(w, kappa):
 
 def python_depround_core(x, u, k, *, invert_coin=False):
     """Pure-Python drop-in for ``plugins.lib.capped.depround_core`` (same signature and
-    pairing: fractional entries paired in rounds, first with second, third with
-    fourth, the open one of each pair going on), for monkeypatching a wrong coin
-    into the real ``depround`` wrapper."""
-    live = [i for i in range(x.size) if 1e-12 < x[i] < 1.0 - 1e-12]
+    pairing: a round of m entries pairs entry s with entry s + m // 2, a step only
+    when both are fractional, the open one of each pair going on, coins in the order
+    of the pairs), for monkeypatching a wrong coin into the real ``depround`` wrapper."""
+    live = list(range(x.size))
     coin = 0
     while len(live) > 1:
+        half = len(live) // 2
         kept = []
-        for i, j in zip(live[0::2], live[1::2], strict=False):
+        for s in range(half):
+            i, j = live[s], live[s + half]
             xi, xj = x[i], x[j]
-            alpha, beta = min(1.0 - xi, xj), min(xi, 1.0 - xj)
-            prob_up = (alpha if invert_coin else beta) / (alpha + beta)
-            if u[coin] < prob_up:
-                xi, xj = xi + alpha, xj - alpha
-            else:
-                xi, xj = xi - beta, xj + beta
-            coin += 1
-            x[i], x[j] = xi, xj
-            if 1e-12 < xi < 1.0 - 1e-12:
-                kept.append(i)
-            elif 1e-12 < xj < 1.0 - 1e-12:
-                kept.append(j)
+            if 1e-12 < xi < 1.0 - 1e-12 and 1e-12 < xj < 1.0 - 1e-12:
+                alpha, beta = min(1.0 - xi, xj), min(xi, 1.0 - xj)
+                prob_up = (alpha if invert_coin else beta) / (alpha + beta)
+                if u[coin + s] < prob_up:
+                    xi, xj = xi + alpha, xj - alpha
+                else:
+                    xi, xj = xi - beta, xj + beta
+                x[i], x[j] = xi, xj
+            kept.append(i if 1e-12 < xi < 1.0 - 1e-12 else j)
         if len(live) % 2:
             kept.append(live[-1])
+        coin += half
         live = kept
     rows = np.flatnonzero(x > 0.5)
     return rows if rows.size == k else np.full(k, -1, dtype=np.int64)

@@ -656,8 +656,12 @@ def test_p_player_games_stay_in_the_alphaset_and_count_distinct_rows(p_player):
 def test_p_players_move_above_one_over_k_within_the_caps(p_player, params):
     # n=30, k=5, rows 0-4 capped at 3/k, the rest at 1/k; fixed losses (seed 6):
     # rows 0 and 1 at 0.9, the others in [0.1, 0.5]. A maximising player must end
-    # with k p_i > 1.5 on rows 0 and 1 (the k-set would stop them at 1), stay in
-    # K_alpha every round, and (from the draws) put weight m_i / k > 1/k on a
+    # with k p_i > 1.1 on rows 0 and 1 (the k-set would stop them at 1) and
+    # k (p_0 + p_1) > 3.5 (the maximiser puts all of p on them, 5; exp4mp's
+    # mixing and finite eta end near 4). The split between the two equal rows
+    # wanders with the draws (exp4mp over 12 draw seeds: the smaller of the two
+    # 1.13-2.0, the sum 3.95-4.05), so each is held to 1.1 only. It must stay in
+    # K_alpha every round and (from the draws) put weight m_i / k > 1/k on a
     # row in most rounds; 3000 rounds, draws seed 0.
     n, k = 30, 5
     caps = np.ones(n, dtype=np.int64)
@@ -673,7 +677,8 @@ def test_p_players_move_above_one_over_k_within_the_caps(p_player, params):
         pp.observe(losses[prop.rows])
         assert K.contains(pp.p, atol=1e-9)
         heavy += int(np.any(prop.weights > 1.0 / k + 1e-12))
-    assert np.all(k * pp.p[:2] > 1.5), k * pp.p[:2]
+    assert np.all(k * pp.p[:2] > 1.1), k * pp.p[:2]
+    assert k * pp.p[:2].sum() > 3.5, k * pp.p[:2]
     assert heavy > 1500
 
 

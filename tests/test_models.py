@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import harness
+from plugins.models import BLAS_ROWS
 
 MODELS = ["linear_mse", "logistic_cel"]
 
@@ -78,11 +79,13 @@ def test_gradients_match_central_differences(model, seed):
     assert m.n_clipped == 0
 
 
-def test_gradients_match_independent_formulas():
+@pytest.mark.parametrize("n", [15, 3 * BLAS_ROWS])
+def test_gradients_match_independent_formulas(n):
     # closed forms written here from scratch: linear 2 a_i r_i (x_i, 1),
-    # softmax (softmax(z_i) - e_{y_i}) (x_i, 1)^T; seed 11, tolerance 1e-12
+    # softmax (softmax(z_i) - e_{y_i}) (x_i, 1)^T; seed 11, tolerance 1e-12;
+    # n = 15 takes the kernels' loops, 3 * BLAS_ROWS their BLAS path
     rng = np.random.default_rng(11)
-    n, d, C = 15, 3, 4
+    d, C = 3, 4
     X = rng.random((n, d))
     Xt = np.hstack((X, np.ones((n, 1))))
     a = rng.random(n)
@@ -208,11 +211,13 @@ def test_declared_bound_is_the_documented_formula(real_data):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("rows", [40, 3 * BLAS_ROWS])
 @pytest.mark.parametrize("model", MODELS)
-def test_user_scale_clips_at_one_and_counts(model):
-    # seed 4: 40 rows, radius 3; scale = 0.3 * the proven bound
+def test_user_scale_clips_at_one_and_counts(model, rows):
+    # seed 4: 40 rows (the kernels' loops) or 3 * BLAS_ROWS (their BLAS path),
+    # radius 3; scale = 0.3 * the proven bound
     rng = np.random.default_rng(4)
-    data = tiny_dataset(model, 40, 3, rng, n_classes=2)
+    data = tiny_dataset(model, rows, 3, rng, n_classes=2)
     ref = built(model, data, 3.0)
     scale = 0.3 * ref.loss_bound_
     m = built(model, data, 3.0, loss_scale=scale)
@@ -236,7 +241,7 @@ def test_user_scale_clips_at_one_and_counts(model):
         np.testing.assert_allclose(out[~over], raw[~over] / scale, rtol=1e-12)
         assert out.max() <= 1.0
 
-        a = rng.random(40)
+        a = rng.random(rows)
         g = m.grad(w, X, y, a)
         # clipped rows contribute nothing: same as the gradient over the free rows only
         g_free = ref.grad(w, X[~over], y[~over], a[~over]) * ref.scale_ / scale
@@ -255,7 +260,7 @@ def test_user_scale_clips_at_one_and_counts(model):
     assert seen_clipped and seen_free
     assert m.n_clipped == total > 0
     # value_and_grad is never clipped (the game's inner problem stays convex)
-    value, _ = m.value_and_grad(w, X, y, np.ones(40))
+    value, _ = m.value_and_grad(w, X, y, np.ones(rows))
     assert value == pytest.approx(float(np.sum(raw)) / scale, rel=1e-12)
 
 

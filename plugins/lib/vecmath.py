@@ -1,0 +1,210 @@
+"""``exp`` and ``log`` of a float64 in plain arithmetic, so that a numba loop
+calling them vectorises.
+
+numba compiles ``np.exp``, ``np.log``, ``math.exp`` and ``math.log`` to calls
+of libm's scalar functions (llvmlite has no SVML here), and a loop that calls a
+function is never vectorised: ``for i in range(n): out[i] = np.exp(x[i])``
+runs one element at a time. ``vexp`` and ``vlog`` are made of additions,
+multiplications, one division (``vlog``), integer bit operations and selects
+only; they are inlined into the caller (``inline="always"``, at the numba-IR
+level: LLVM's own inliner declines ``vlog`` as too large) and LLVM vectorises
+the loop around them with packed instructions (``<8 x double>`` on AVX-512,
+``<4 x double>`` on AVX2). No fastmath flag is needed, by the callers or here.
+
+* ``vexp``: ``x = k ln2 + r`` with ``k = rint(x / ln2)`` (rounded by adding
+  ``1.5 * 2**52``, whose bits then hold ``k`` as an integer) and ``ln2`` split
+  Cody-Waite style into a 32-bit ``hi`` (``k * hi`` exact) and a ``lo``; the
+  rounding error of ``r`` is carried as a correction. ``exp(r)`` on
+  ``|r| <= ln2/2`` is the Taylor polynomial of degree 13 (truncation below
+  ``2**-57`` relative), evaluated by Estrin's scheme, ``1 + r`` summed exactly
+  (Fast2Sum). The result is scaled by ``2**h * 2**(k - h)``, ``h = k >> 1``,
+  each factor built by bit-casting ``(h + 1023) << 52``: one rounding only,
+  so results in the subnormal range are graded, not flushed.
+* ``vlog``: ``x = 2**e m`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` read off the
+  bits (subnormal ``x`` first scaled by ``2**52``); with ``f = m - 1`` and
+  ``s = f / (2 + f)``, ``log(m) = 2 atanh(s) = f - f**2/2 + s (f**2/2 + R)``,
+  ``R`` the atanh series in ``s**2`` (ten terms, truncation below ``2**-60``).
+  ``f**2/2`` is formed exactly enough by splitting ``f`` into 25 high bits and
+  the rest, and ``e ln2_hi + (f - f**2/2)`` is summed exactly (Fast2Sum), so
+  only the last addition rounds at full weight.
+
+Accuracy, measured (``tests/test_vecmath.py``: 10**6 random points per range,
+checked against 80-bit long double and, on subsamples, mpmath): ``vexp`` is
+within 0.67 ulp of the exact value for normal results and within 0.78 units of
+``2**-1074`` for subnormal ones; ``vlog`` within 0.68 ulp, the worst cases near
+``x = 0.7`` and ``1.4`` (0.55 ulp over ``[1e-300, 1e300]``, 0.5 on subnormal and
+huge ``x``). These are sampled maxima, not proven bounds. Both stay within one
+ulp of the correctly rounded value but do not always equal it: about 1.5% of
+``vexp`` results and 1% of ``vlog`` results on ``[0.5, 2]`` are one ulp off it,
+and ``vexp`` differs from ``np.exp`` (itself not correctly rounded) in the last
+bit on about 5% of arguments, ``vlog`` from ``np.log`` on about 1% of ``[0.5,
+2]``. Switching a kernel from ``np.exp`` / ``np.log`` to these changes its last
+bits. The results do not depend on the instruction set (checked: the same
+bits from SSE2, AVX2 and AVX-512 code; no multiply-add is fused). Special values are those of
+``np.exp`` and ``np.log`` exactly: ``vexp(0) == 1``, ``vlog(1) == 0``, overflow
+to ``inf`` and underflow to ``0`` at the same arguments, ``vlog`` of zero
+``-inf`` and of negatives ``nan``, ``nan`` and infinities as numpy.
+
+Speed, a compiled loop over 569 float64 repeated inside one compiled call (AMD
+EPYC with AVX-512, numba 0.68): ``vexp`` 0.83 us against 2.4 us for ``np.exp``
+in the same loop, ``vlog`` 1.02 us against 1.9 us for ``np.log``; code built for
+AVX2 only takes 1.18 us and 1.45 us. numpy's ``np.exp(x, out=out)`` takes
+0.9 us called from Python, where the compiled loop with ``vexp`` takes 1.06 us
+(the dispatch of a numba call costs about 0.25 us).
+
+Inlined code is compiled into each caller: a caller cached with ``cache=True``
+in another module keeps the version it was compiled with until its own source
+file changes (numba's cache looks at the caller's file only).
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+# ---------------------------------------------------------------------------
+# bit-casts and a division without numba's zero check
+# ---------------------------------------------------------------------------
+
+
+@intrinsic
+def _as_int64(typingctx, x):
+    """The bits of a float64 as an int64 (a bit-cast, no conversion)."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _as_float64(typingctx, x):
+    """The float64 whose bits are the int64 ``x`` (a bit-cast, no conversion)."""
+    if x != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _fdiv(typingctx, a, b):
+    """``a / b`` for float64 as the bare IEEE division: the inlined code then has
+    no zero-division branch even in a caller with ``error_model="python"``,
+    which would stop the loop from vectorising."""
+    if a != types.float64 or b != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fdiv(args[0], args[1])
+
+    return types.float64(types.float64, types.float64), codegen
+
+
+# ---------------------------------------------------------------------------
+# constants
+# ---------------------------------------------------------------------------
+
+#: ln 2 = _LN2_HI + _LN2_LO; _LN2_HI has 32 significant bits, so k * _LN2_HI is
+#: exact for |k| < 2**21 (here |k| <= 1077)
+_LN2_HI = float.fromhex("0x1.62e42fee00000p-1")
+_LN2_LO = float.fromhex("0x1.a39ef35793c76p-33")
+_INV_LN2 = 1.4426950408889634
+#: 1.5 * 2**52: t = y + _ROUND rounds y (|y| < 2**51) to an integer k, and
+#: bits(t) - bits(_ROUND) is k; the same constant turns an int64 back into a float
+_ROUND = 6755399441055744.0
+_ROUND_BITS = 0x4338000000000000
+#: exp clamps its argument to [-746, 710], beyond both ends of the finite and
+#: nonzero results (log(2**1024) = 709.78, log(2**-1075) = -745.13)
+_EXP_LOW = -746.0
+_EXP_HIGH = 710.0
+#: 1/j!, j = 3..13
+_E3, _E4, _E5, _E6, _E7, _E8, _E9, _E10, _E11, _E12, _E13 = (
+    1.0 / math.factorial(j) for j in range(3, 14))
+#: 2/(2j+1), j = 1..10: log(m) = 2s + s R, R = sum_j 2 s**(2j) / (2j+1)
+_L1, _L2, _L3, _L4, _L5, _L6, _L7, _L8, _L9, _L10 = (
+    2.0 / (2 * j + 1) for j in range(1, 11))
+#: bits of sqrt(1/2): subtracting them puts the exponent boundary at sqrt(1/2)
+_SQRT_HALF_BITS = 0x3FE6A09E667F3BCD
+_TWO52 = 4503599627370496.0
+_MIN_NORMAL = 2.2250738585072014e-308
+#: clears the low 28 bits of a float64: 25 significant bits remain
+_HIGH25 = -0x10000000
+_ABS_BITS = 0x7FFFFFFFFFFFFFFF
+_INF = math.inf
+_NAN = math.nan
+
+# ---------------------------------------------------------------------------
+# exp and log
+# ---------------------------------------------------------------------------
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def vexp(x):  # pragma: no cover - compiled
+    """``exp(x)`` of a float64, within 0.67 ulp of the exact value (0.78 units
+    of ``2**-1074`` for subnormal results; measured); special values as ``np.exp``.
+    Inlined into numba callers, whose loops over it vectorise."""
+    xc = x if x > _EXP_LOW else _EXP_LOW  # nan -> _EXP_LOW, restored at the end
+    xc = xc if xc < _EXP_HIGH else _EXP_HIGH
+    t = xc * _INV_LN2 + _ROUND
+    kf = t - _ROUND
+    k = _as_int64(t) - _ROUND_BITS
+    a = xc - kf * _LN2_HI  # exact (Sterbenz)
+    b = kf * _LN2_LO
+    r = a - b
+    r_err = (a - r) - b  # r + r_err = a - b to about 2**-105 relative
+    r2 = r * r
+    r4 = r2 * r2
+    r8 = r4 * r4
+    # exp(r) - 1 - r, Taylor to r**13, Estrin's scheme
+    q = r2 * ((0.5 + r * _E3) + r2 * (_E4 + r * _E5)
+              + r4 * ((_E6 + r * _E7) + r2 * (_E8 + r * _E9))
+              + r8 * ((_E10 + r * _E11) + r2 * (_E12 + r * _E13)))
+    hi = 1.0 + r
+    lo = (1.0 - hi) + r  # 1 + r = hi + lo exactly
+    # exp(r + r_err) = exp(r) (1 + r_err) to first order, and exp(r) ~ 1 + r
+    p = hi + (lo + (q + (r_err + r_err * r)))
+    h = k >> 1
+    y = p * _as_float64((h + 1023) << 52) * _as_float64((k - h + 1023) << 52)
+    return y if x == x else x
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def vlog(x):  # pragma: no cover - compiled
+    """``log(x)`` of a float64, within 0.68 ulp of the exact value (subnormal
+    ``x`` included; measured); special values as ``np.log``. Inlined into
+    numba callers, whose loops over it vectorise."""
+    tiny = x < _MIN_NORMAL
+    # |x| (scaled when subnormal): no integer step below can overflow
+    ix = _as_int64(x * _TWO52 if tiny else x) & _ABS_BITS
+    e = (ix - _SQRT_HALF_BITS) >> 52
+    m = _as_float64(ix - (e << 52))  # in [sqrt(1/2), sqrt(2))
+    kf = _as_float64((e - 52 if tiny else e) + _ROUND_BITS) - _ROUND
+    f = m - 1.0  # exact
+    s = _fdiv(f, 2.0 + f)
+    z = s * s
+    z2 = z * z
+    z4 = z2 * z2
+    z8 = z4 * z4
+    big_r = z * ((_L1 + z * _L2) + z2 * (_L3 + z * _L4)
+                 + z4 * ((_L5 + z * _L6) + z2 * (_L7 + z * _L8))
+                 + z8 * (_L9 + z * _L10))
+    # f**2/2 = hh + hl, hh exact (25-bit f_hi squared)
+    f_hi = _as_float64(_as_int64(f) & _HIGH25)
+    hh = 0.5 * f_hi * f_hi
+    hl = 0.5 * (f - f_hi) * (f + f_hi)
+    d = f - hh
+    d_err = (f - d) - hh  # f - hh = d + d_err exactly
+    a = kf * _LN2_HI  # exact
+    hi = a + d
+    lo = (a - hi) + d  # a + d = hi + lo exactly (|a| >= ln2 > |d| unless a = 0)
+    y = hi + (lo + ((d_err - hl) + (s * ((hh + hl) + big_r) + kf * _LN2_LO)))
+    special = -_INF if x == 0.0 else (_NAN if x < 0.0 else x)
+    return y if (x > 0.0) & (x < _INF) else special
