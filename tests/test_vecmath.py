@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+import mpmath as mp
 import numpy as np
 import pytest
 from numba import njit
@@ -65,7 +66,6 @@ def _ulps_long(y: np.ndarray, exact: np.ndarray) -> np.ndarray:
 
 def _ulps_mp(y: np.ndarray, x: np.ndarray, fn) -> np.ndarray:
     """``|y - fn(x)|`` in ulps of the exact value, ``fn`` an mpmath function."""
-    mp = pytest.importorskip("mpmath")
     out = np.empty(x.size)
     with mp.workprec(120):
         for i, (xi, yi) in enumerate(zip(x.tolist(), y.tolist(), strict=True)):
