@@ -156,7 +156,11 @@ def _split(ref: str) -> tuple[str, str]:
 def _source_digest(source: str, modules: list[str]) -> str:
     """A hash of the kernels' modules and of the shared numerics they call
     (numba does not see a change in a called function when it reads a cached
-    caller, so the driver's file name changes with their sources instead)."""
+    caller, so the driver's file name changes with their sources instead).
+    This recompiles the driver only: a kernel cached in its own module keeps
+    what it compiled in from another module (an inlined ``vexp``, say) until
+    its own file changes, so after editing such a module delete the numba
+    caches (``docs/plugins.md``); an installed release changes every file."""
     digest = hashlib.sha256(source.encode())
     files = set()
     for name in modules:

@@ -23,7 +23,8 @@ from typing import Any
 #: the saved states' format; a state of another format is not resumed (the run
 #: starts afresh). 3: EXP4.MP's and dense EXP-IX-M's state tuples changed, and
 #: DepRound's pairing (a resumed run would not match an uninterrupted one). 4:
-#: DepRound's pairing again, and the kernels' exp and log (``plugins.lib.vecmath``)
+#: DepRound's pairing again, the kernels' exp and log (``plugins.lib.vecmath``),
+#: and FTRL's state tuple
 FORMAT = 4
 
 

@@ -12,8 +12,16 @@ from numba import njit
 import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
-from plugins.lib.capped import CAPPED_SET, capped_set_project
+from plugins.lib.capped import (
+    CAPPED_SET,
+    capped_set_kappa,
+    capped_set_point,
+    capped_set_state,
+    log_row_caps,
+    weights_row_caps,
+)
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.lib.vecmath import vexp
 
 
 class FTRL:
@@ -76,7 +84,20 @@ class FTRL:
         self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale, theory)
         self.log_w_ = np.zeros(n)
         self.rows_ = np.arange(n)
-        self.p_ = constraint.project(self.log_w_, 0.0, log_domain=True)
+        caps = constraint.row_caps()
+        if caps is None:  # a set of another form: its own KL projection
+            self.set_state_ = None
+            self.p_ = constraint.project(self.log_w_, 0.0, log_domain=True)
+            return {"eta": self.eta_}
+        # a capped simplex: the kernels of the compiled path, so both paths agree
+        self.set_state_ = capped_set_state(caps, constraint.k, "depround",
+                                           abs(float(caps.sum()) - 1.0) <= 1e-12)
+        self.p_ = np.empty(n)
+        # state: log-weights, p, last round's p, the rows, eta, the weights
+        # exp(log_w), the capped set and its book (cap mass, number of free rows)
+        self.state_ = (self.log_w_, self.p_, np.empty(n), self.rows_, float(self.eta_),
+                       np.empty(n), np.zeros(n, dtype=bool), np.zeros(2))
+        ftrl_project(self.state_, self.set_state_)
         return {"eta": self.eta_}
 
     @staticmethod
@@ -95,28 +116,42 @@ class FTRL:
         return self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        return Proposal(self.rows_, self.p_)
+        # a copy: observe writes p_{t+1} into p_ in place
+        return Proposal(self.rows_, self.p_.copy())
 
     def observe(self, losses: np.ndarray) -> None:
+        """``eta L_t`` onto the log-weights and the next ``p``: on a capped
+        simplex ``ftrl_observe``, the kernel the compiled path runs too; on a
+        set of another form its ``project``."""
+        if self.set_state_ is not None:
+            ftrl_observe(self.state_, self.set_state_, self.rows_, self.p_,
+                         np.ascontiguousarray(losses, dtype=np.float64))
+            return
         self.log_w_ += self.eta_ * losses
         self.log_w_ -= self.log_w_.max()
         self.p_ = self.constraint_.project(self.log_w_, 0.0, log_domain=True)
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``) on a capped simplex:
-        ``ftrl_propose``/``ftrl_observe`` on ``(log_w, p, previous p, rows,
-        eta)``, the arrays changed in place; None on any other set."""
+        ``ftrl_propose``/``ftrl_observe`` on the player's state (the arrays
+        changed in place; the Python ``observe`` runs the same kernel); None on
+        any other set."""
         if (constraint is None or constraint.kernels != CAPPED_SET
+                or self.set_state_ is None
                 or replaces(self, FTRL, ("propose", "observe"))):
             return None
-        state = (self.log_w_, self.p_, np.empty_like(self.p_), self.rows_, float(self.eta_))
-        return Compiled("plugins.ftrl:ftrl", state)
+        return Compiled("plugins.ftrl:ftrl", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """``log(n/k) / eta + eta t`` after ``t = rounds`` rounds at the eta in
         use, deterministic, game units (``entropy_range`` in place of
         ``log(n/k)`` on other sets)."""
         return self.log_ratio_ / self.eta_ + self.eta_ * rounds
+
+
+#: the free rows' weights (the largest weight is 1) below which ``ftrl_project``
+#: projects in the log domain
+TINY_FREE = 1e-250
 
 
 @njit(cache=True, error_model="numpy")
@@ -128,22 +163,63 @@ def ftrl_propose(ps, ks, rng):  # pragma: no cover - compiled
 
 @njit(cache=True, error_model="numpy")
 def ftrl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
-    """``FTRL.observe`` (OL-FTRL, Appendix E): add ``eta L_t`` to the cumulative
-    log-weights, rebase them to max 0 and take the KL projection onto K
-    without mixing (``K.project(log_w, 0, log_domain=True)``, i.e.
-    ``capped_set_project``; Algorithm 4) for ``p_{t+1}``, written into ``p``;
-    the batch weights and the action are ``p_t``, copied to ``previous``."""
-    log_w, p, previous, _, eta = ps
+    """``FTRL.observe`` (OL-FTRL, Appendix E) on a capped simplex: add ``eta
+    L_t`` to the cumulative log-weights, rebase them to max 0 and project
+    (``ftrl_project``) for ``p_{t+1}``, written into ``p``; the batch weights
+    and the action are ``p_t``, copied to ``previous``. The largest
+    log-weight is taken in four running maxima (the order does not change a
+    maximum), so every pass vectorises; a NaN or infinite log-weight raises
+    ValueError, as the set's own projection does."""
+    log_w, p, previous = ps[0], ps[1], ps[2]
+    eta = ps[4]
     n = log_w.size
     for i in range(n):
         previous[i] = p[i]
-        log_w[i] += eta * losses[i]
-    top = log_w.max()
+    t0 = t1 = t2 = t3 = -np.inf
+    nan = False
+    top = n - n % 4
+    for i in range(0, top, 4):
+        a = log_w[i] + eta * losses[i]
+        b = log_w[i + 1] + eta * losses[i + 1]
+        c = log_w[i + 2] + eta * losses[i + 2]
+        d = log_w[i + 3] + eta * losses[i + 3]
+        log_w[i], log_w[i + 1], log_w[i + 2], log_w[i + 3] = a, b, c, d
+        nan |= (a != a) | (b != b) | (c != c) | (d != d)
+        t0 = a if a > t0 else t0
+        t1 = b if b > t1 else t1
+        t2 = c if c > t2 else t2
+        t3 = d if d > t3 else t3
+    for i in range(top, n):
+        a = log_w[i] + eta * losses[i]
+        log_w[i] = a
+        nan |= a != a
+        t0 = a if a > t0 else t0
+    most = max(max(t0, t1), max(t2, t3))
+    if nan or not -np.inf < most < np.inf:
+        raise ValueError("FTRL's log-weights are not finite: a loss is NaN or infinite")
     for i in range(n):
-        log_w[i] -= top
-    new_p, _ = capped_set_project(ks, log_w, 0.0)
-    p[:] = new_p
+        log_w[i] -= most
+    ftrl_project(ps, ks)
     return previous, rows, previous
+
+
+@njit(cache=True, error_model="numpy")
+def ftrl_project(ps, ks):  # pragma: no cover - compiled
+    """``p`` from the log-weights (max 0): the KL projection onto K without
+    mixing (Algorithm 4 with ``gamma = 0``) of the weights ``exp(log_w)``
+    (``vexp``, a pass that vectorises), by ``weights_row_caps``, the capped
+    set warm-started from the last round's (Lemma C.2; ``log_row_caps`` from
+    the log-weights if the free weights underflow)."""
+    log_w, p = ps[0], ps[1]
+    w, capped, book = ps[5], ps[6], ps[7]
+    caps = ks[0]
+    if capped_set_point(ks, p, capped):
+        return
+    kappa, log_kappa = capped_set_kappa(ks, 0.0)
+    for i in range(log_w.size):
+        w[i] = vexp(log_w[i])
+    if not weights_row_caps(p, w, capped, caps, kappa, 0.0, book, TINY_FREE):
+        log_row_caps(p, log_w, capped, caps, kappa, log_kappa, 0.0, book)
 
 
 @harness.hookimpl

@@ -102,15 +102,17 @@ class KSet:
 
     def compiled(self) -> Compiled | None:
         """The compiled form (``harness.engine``): the capped simplex with every cap
-        1/k, drawn by this set's sampler (``plugins.lib.capped.capped_set_state``)."""
+        1/k, drawn by this set's sampler (``plugins.lib.capped.capped_set_state``);
+        the single point 1/n when k = n."""
         if replaces(self, KSet, ("project", "euclidean_project", "row_caps")):
             return None
         # the class that defines ``sample`` names its compiled draw
         owner = next(c for c in type(self).__mro__ if "sample" in vars(c))
         if owner is not KSet and "compiled_sampler" not in vars(owner):
             return None
+        # k = n: the single point 1/n, as the p-players' own states say
         return Compiled(CAPPED_SET, capped_set_state(self.row_caps(), self.k,
-                                                     self.compiled_sampler, False))
+                                                     self.compiled_sampler, self.k == self.n))
 
     @property
     def compiled_sampler(self) -> str:

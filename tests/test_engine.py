@@ -111,6 +111,24 @@ def _play(overrides, engine_name, rounds_traced=200, budget=None):
     return game
 
 
+@pytest.mark.parametrize("p_player", [["p_player=exp4mp"], ["p_player=ftrl"],
+                                      ["p_player=exp_ix_m", "p_player.state=dense"]])
+def test_k_equal_n_keeps_the_point_on_both_paths(p_player):
+    """Seed 3, the synthetic data set with k = n = 10, 40 rounds: S_{n,n} is
+    the single point 1/n; both paths keep p at exactly the caps every round
+    (the players' own set states and the k-set's compiled state both say the
+    set is a point; projecting instead leaves p a few ulps off at n = 10)."""
+    n = 10
+    over = ["dataset=synthetic", f"dataset.n={n}", "constraint=kset", f"constraint.k={n}",
+            *p_player]
+    caps = np.full(n, 1.0 / n)
+    for name in ("python", "compiled"):
+        game = _play(over, name, budget=40 * n)
+        assert game.path == name and len(game.trace) == 40
+        for t, _, p, _, _ in game.trace:
+            np.testing.assert_array_equal(p, caps, err_msg=f"{name} round {t}")
+
+
 @pytest.mark.parametrize("overrides", _combinations())
 def test_compiled_and_python_paths_give_the_same_numbers(overrides):
     """Seed 3, 200 rounds traced one by one, then the checkpoints of a budget of

@@ -88,6 +88,41 @@ def test_exp4mp_and_ftrl_read_their_theory_from_row_caps():
     assert ftrl.entropy_range(alphaset) == math.log(N * 1.0)  # the largest cap, 4/4
 
 
+class UnknownForm:
+    """The k-set with its LP form withheld: ``row_caps()`` is None, so the
+    p-players that read caps take the set's own ``project``."""
+
+    def __init__(self, n: int, k: int) -> None:
+        self.inner = harness.build("constraint_set", "kset", n=n, k=k)
+        self.n, self.k = n, k
+
+    def row_caps(self):
+        return None
+
+    def project(self, weights, gamma=0.0, **options):
+        return self.inner.project(weights, gamma, **options)
+
+
+def test_ftrl_projects_with_the_set_itself_when_its_form_is_unknown():
+    # FTRL on a capped simplex runs the compiled path's kernels (a warm-started
+    # projection of the weights); on a set without row caps, the set's own KL
+    # projection of the log-weights. 400 rounds of the same losses (seed 2,
+    # uniform on [0, 1]; eta = 0.5, so rows reach the caps): the same p to 1e-12
+    n, k = N, 4
+    losses = np.random.default_rng(2).random((400, n))
+    players = []
+    for K in (harness.build("constraint_set", "kset", n=n, k=k), UnknownForm(n, k)):
+        pp = harness.build("p_player", "ftrl", eta=0.5)
+        pp.setup(K, 400)
+        players.append(pp)
+    assert players[0].set_state_ is not None and players[1].set_state_ is None
+    for t in range(400):
+        for pp in players:
+            pp.observe(losses[t])
+        np.testing.assert_allclose(players[0].p, players[1].p, rtol=0, atol=1e-12)
+    assert np.isclose(players[0].p.max(), 1.0 / k)  # some rows capped
+
+
 # ---------------------------------------------------------------- third parties
 
 
