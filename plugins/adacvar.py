@@ -13,7 +13,7 @@ from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
 from plugins.lib.steps import scale_param, scaled_step
-from plugins.lib.vecmath import vexp
+from plugins.lib.vecmath import extremes, vexp
 
 
 def dpp_marginals(log_w: np.ndarray, k: int) -> np.ndarray:
@@ -94,7 +94,7 @@ def _dpp_solve(log_w, k, start, sig, fresh):  # pragma: no cover - compiled
     instead of computing it when ``start`` is used.
     """
     n = log_w.size
-    top, least = _extremes(log_w)
+    top, least = extremes(log_w)
     lo = np.log(k) - top - np.log(n)
     hi = np.log(k) - least + np.log(n) + 40.0
     warm = lo < start < hi
@@ -131,38 +131,6 @@ def _dpp_solve(log_w, k, start, sig, fresh):  # pragma: no cover - compiled
             step = 0.5 * (lo + hi)
         nu = step
     return nu  # not reached
-
-
-@njit(cache=True, error_model="numpy")
-def _extremes(x):  # pragma: no cover - compiled
-    """``(x.max(), x.min())``, NaN for both if any entry is NaN (as numpy's), in
-    four interleaved scans (the order does not change a maximum or a minimum)."""
-    n = x.size
-    top0 = top1 = top2 = top3 = -np.inf
-    low0 = low1 = low2 = low3 = np.inf
-    nan = False
-    i = 0
-    while i + 4 <= n:
-        a, b, c, d = x[i], x[i + 1], x[i + 2], x[i + 3]
-        nan |= (a != a) | (b != b) | (c != c) | (d != d)
-        top0 = a if a > top0 else top0
-        top1 = b if b > top1 else top1
-        top2 = c if c > top2 else top2
-        top3 = d if d > top3 else top3
-        low0 = a if a < low0 else low0
-        low1 = b if b < low1 else low1
-        low2 = c if c < low2 else low2
-        low3 = d if d < low3 else low3
-        i += 4
-    while i < n:
-        a = x[i]
-        nan |= a != a
-        top0 = a if a > top0 else top0
-        low0 = a if a < low0 else low0
-        i += 1
-    if nan:
-        return np.nan, np.nan
-    return max(max(top0, top1), max(top2, top3)), min(min(low0, low1), min(low2, low3))
 
 
 @njit(cache=True, error_model="numpy")
@@ -540,7 +508,7 @@ def adacvar_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compil
         for j in range(rows.size):
             i = rows[j]
             log_w[i] += eta * losses[j] / marginals[i]
-    top, _ = _extremes(log_w)  # log_w.max()
+    top, _ = extremes(log_w)  # log_w.max()
     if top != 0.0 or math.copysign(1.0, top) < 0.0:
         for i in range(n):
             log_w[i] -= top

@@ -21,7 +21,7 @@ from plugins.lib.capped import (
     weights_row_caps,
 )
 from plugins.lib.steps import scale_param, scaled_step
-from plugins.lib.vecmath import vexp
+from plugins.lib.vecmath import extremes, vexp
 
 
 class FTRL:
@@ -167,35 +167,17 @@ def ftrl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     L_t`` to the cumulative log-weights, rebase them to max 0 and project
     (``ftrl_project``) for ``p_{t+1}``, written into ``p``; the batch weights
     and the action are ``p_t``, copied to ``previous``. The largest
-    log-weight is taken in four running maxima (the order does not change a
-    maximum), so every pass vectorises; a NaN or infinite log-weight raises
-    ValueError, as the set's own projection does."""
+    log-weight comes from ``extremes`` (``plugins.lib.vecmath``); a NaN or
+    infinite log-weight raises ValueError, as the set's own projection does."""
     log_w, p, previous = ps[0], ps[1], ps[2]
     eta = ps[4]
     n = log_w.size
     for i in range(n):
         previous[i] = p[i]
-    t0 = t1 = t2 = t3 = -np.inf
-    nan = False
-    top = n - n % 4
-    for i in range(0, top, 4):
-        a = log_w[i] + eta * losses[i]
-        b = log_w[i + 1] + eta * losses[i + 1]
-        c = log_w[i + 2] + eta * losses[i + 2]
-        d = log_w[i + 3] + eta * losses[i + 3]
-        log_w[i], log_w[i + 1], log_w[i + 2], log_w[i + 3] = a, b, c, d
-        nan |= (a != a) | (b != b) | (c != c) | (d != d)
-        t0 = a if a > t0 else t0
-        t1 = b if b > t1 else t1
-        t2 = c if c > t2 else t2
-        t3 = d if d > t3 else t3
-    for i in range(top, n):
-        a = log_w[i] + eta * losses[i]
-        log_w[i] = a
-        nan |= a != a
-        t0 = a if a > t0 else t0
-    most = max(max(t0, t1), max(t2, t3))
-    if nan or not -np.inf < most < np.inf:
+    for i in range(n):
+        log_w[i] += eta * losses[i]
+    most, _ = extremes(log_w)  # NaN if any entry is
+    if not -np.inf < most < np.inf:
         raise ValueError("FTRL's log-weights are not finite: a loss is NaN or infinite")
     for i in range(n):
         log_w[i] -= most

@@ -10,6 +10,9 @@ only; they are inlined into the caller (``inline="always"``, at the numba-IR
 level: LLVM's own inliner declines ``vlog`` as too large) and LLVM vectorises
 the loop around them with packed instructions (``<8 x double>`` on AVX-512,
 ``<4 x double>`` on AVX2). No fastmath flag is needed, by the callers or here.
+Beside them, ``extremes``: the largest and smallest entries (NaN if any is) in
+four interleaved scans, which a compiler without fastmath cannot otherwise
+overlap.
 
 * ``vexp``: ``x = k ln2 + r`` with ``k = rint(x / ln2)`` (rounded by adding
   ``1.5 * 2**52``, whose bits then hold ``k`` as an integer) and ``ln2`` split
@@ -208,3 +211,40 @@ def vlog(x):  # pragma: no cover - compiled
     y = hi + (lo + ((d_err - hl) + (s * ((hh + hl) + big_r) + kf * _LN2_LO)))
     special = -_INF if x == 0.0 else (_NAN if x < 0.0 else x)
     return y if (x > 0.0) & (x < _INF) else special
+
+
+# ---------------------------------------------------------------------------
+# scans
+# ---------------------------------------------------------------------------
+
+
+@njit(cache=True, error_model="numpy")
+def extremes(x):  # pragma: no cover - compiled
+    """``(x.max(), x.min())``, NaN for both if any entry is NaN (as numpy's), in
+    four interleaved scans (the order does not change a maximum or a minimum)."""
+    n = x.size
+    top0 = top1 = top2 = top3 = -math.inf
+    low0 = low1 = low2 = low3 = math.inf
+    nan = False
+    i = 0
+    while i + 4 <= n:
+        a, b, c, d = x[i], x[i + 1], x[i + 2], x[i + 3]
+        nan |= (a != a) | (b != b) | (c != c) | (d != d)
+        top0 = a if a > top0 else top0
+        top1 = b if b > top1 else top1
+        top2 = c if c > top2 else top2
+        top3 = d if d > top3 else top3
+        low0 = a if a < low0 else low0
+        low1 = b if b < low1 else low1
+        low2 = c if c < low2 else low2
+        low3 = d if d < low3 else low3
+        i += 4
+    while i < n:
+        a = x[i]
+        nan |= a != a
+        top0 = a if a > top0 else top0
+        low0 = a if a < low0 else low0
+        i += 1
+    if nan:
+        return math.nan, math.nan
+    return max(max(top0, top1), max(top2, top3)), min(min(low0, low1), min(low2, low3))
