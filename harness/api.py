@@ -25,7 +25,7 @@ from harness.params import ConfigError, Param, RunSkipped, check, validate
 from harness.problem import Problem
 from harness.protocols import refusal
 from harness.registry import CORE_KEYS, Registry, default_registry, make_plugin_manager
-from harness.solve import SolverRun
+from harness.solve import SolverRun, set_up
 
 #: top-level values of the game (``budget`` is at least one round's rows)
 GAME_PARAMS: dict[str, Param] = {
@@ -169,6 +169,10 @@ class Prepared:
     resumed_from: int | None = None
     #: where ``play`` saves the game's state at each checkpoint (None: nowhere)
     state_file: Path | None = None
+    #: seconds ``prepare`` spent compiling a solver's kernels (on a copy), and
+    #: the solver's own setup (its first pass: the start of its clock)
+    compile_time: float = 0.0
+    setup_time: float = 0.0
 
     def __post_init__(self) -> None:
         attach(self.context, self)
@@ -282,7 +286,8 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
         derived.update({f"w_player.{k}": v for k, v in w_player.setup(
             model.n_params, horizon, model.grad_bound, lr_hint=lr_hint).items()})
     else:
-        derived.update({f"solver.{k}": v for k, v in solver.setup(problem, budget).items()})
+        values, compile_s, setup_s = set_up(solver, problem, budget, seed)
+        derived.update({f"solver.{k}": v for k, v in values.items()})
         if int(solver.data_points) > budget:
             raise ConfigError(f"The solver '{s_name}' spends {int(solver.data_points):,} data "
                               f"points before its first step (a pass over the n = {n:,} rows); "
@@ -310,8 +315,11 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
         if isinstance(found, str):
             raise ConfigError(f"engine=compiled: {found}; use engine=auto (or python) to play "
                               "it on the Python loop.")
-    return Prepared(parts, horizon, budget, seed, checkpoint_rounds(horizon, n_cp, per_round),
-                    context, registry)
+    prepared = Prepared(parts, horizon, budget, seed,
+                        checkpoint_rounds(horizon, n_cp, per_round), context, registry)
+    if not composed:
+        prepared.compile_time, prepared.setup_time = compile_s, setup_s
+    return prepared
 
 
 def _others(registry: Registry, name: str) -> str:
@@ -389,6 +397,10 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
     )
     if saved is not None:
         game.state = saved["state"]
+    else:  # a solver's setup is the first of its work; w_0 is where it starts
+        game.state.wall_time = prepared.setup_time
+        game.state.start_w = np.array(game.iterate(), dtype=np.float64)
+    game.state.compile_time += prepared.compile_time
     prepared.game = game  # context.parts reads the run through it from here on
     status = "FAILED"
     with _stop_on_signals(game):

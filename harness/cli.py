@@ -47,6 +47,9 @@ def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
         ("theory bound", metrics.get("theory_bound")),
     ]
     lines += [_row(label, f"{value:.6g}") for label, value in rows if value is not None]
+    absent = getattr(prepared.game, "theory_absent", None)
+    if run.solver is None and "theory_bound" not in metrics and absent:
+        lines.append(_row("theory bound", f"none: {absent}"))
     if run.resumed_from is not None:
         lines.append(_row("resumed from round", f"{run.resumed_from:,}"))
     steps = (f"in {int(metrics.get('rounds', 0)):,} rounds" if run.solver is None else
@@ -54,7 +57,10 @@ def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
              f"{int(metrics.get('grad_evals', 0)):,} gradient evaluations)")
     lines.append(_row("data points processed",
                       f"{int(metrics.get('data_points', 0)):,} {steps}, "
-                      f"{metrics.get('wall_time_s', 0.0):.1f} s"))
+                      f"{metrics.get('wall_time_s', 0.0):.3g} s"))
+    compiled = metrics.get("compile_time_s", 0.0)
+    if compiled >= 0.05:  # loading cached kernels takes a few hundredths of a second
+        lines.append(_row("compiling kernels (not timed above)", f"{compiled:.3g} s"))
     lines += [_row(label, text) for label, text in plugin_lines(prepared, "FINISHED", metrics)]
     return "\n".join(lines)
 

@@ -8,6 +8,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from harness.api import Prepared
     from harness.game import Components
     from harness.problem import Problem
@@ -117,10 +119,18 @@ class RunView:
 
     @property
     def wall_time_s(self) -> float:
-        """Seconds spent in the rounds and checkpoints as of the last checkpoint
-        (summed over the interrupted runs a resumed run continues)."""
+        """Seconds of the algorithm's own work (rounds or steps, a solver's setup)
+        as of the last checkpoint, without compilation and checkpoints (summed
+        over the interrupted runs a resumed run continues)."""
         game = self._run().game
         return 0.0 if game is None else float(game.state.wall_time)
+
+    @property
+    def start_w(self) -> np.ndarray | None:
+        """The iterate the run started from, ``w_0`` (the w-player's first
+        iterate, or the solver's after its setup); None before the run starts."""
+        game = self._run().game
+        return None if game is None else game.state.start_w
 
     @property
     def resumed_from(self) -> int | None:

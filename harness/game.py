@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -20,7 +21,8 @@ from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
 _NUMERIC_ERRORS = (ValueError, ArithmeticError)
 
 #: metrics that measure time, not the game: they differ between runs of one seed
-TIMING_METRICS = ("wall_time_s", "checkpoint_time_s", "checkpoint_time_total_s")
+TIMING_METRICS = ("wall_time_s", "checkpoint_time_s", "checkpoint_time_total_s",
+                  "compile_time_s")
 
 
 #: about how long one compiled call lasts: the delay before a signal is honoured
@@ -77,9 +79,16 @@ class GameState:
     a_sum: np.ndarray | None = None
     inner_w: np.ndarray | None = None
     inner_lipschitz: float = 1.0
+    #: seconds of the algorithm's own work (its rounds or steps, a solver's setup),
+    #: without compilation and checkpoints
     wall_time: float = 0.0
     #: seconds spent computing checkpoint metrics, summed over the checkpoints
     checkpoint_time: float = 0.0
+    #: seconds spent compiling (or loading compiled) kernels before the clock
+    #: started, summed over the processes a resumed run took
+    compile_time: float = 0.0
+    #: the iterate the run started from (``w_0``), recorded when it starts
+    start_w: np.ndarray | None = None
     last_metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -117,6 +126,10 @@ class Loop:
         #: set when the first round starts (and while the run ends): from then on
         #: a first signal waits for the end of a round
         self.started = False
+        #: compile the kernels on copies of the components before the clock starts
+        self.probe = True
+        #: why the last checkpoint logged no ``theory_bound`` (None: it did)
+        self.theory_absent: str | None = None
         self.state = GameState()
 
 
@@ -129,8 +142,26 @@ class Loop:
         state.checkpoint_time += spent
         metrics["checkpoint_time_s"] = spent
         metrics["checkpoint_time_total_s"] = state.checkpoint_time
+        metrics["compile_time_s"] = state.compile_time
         state.last_metrics = metrics
         return metrics
+
+    def _checkpoint(self, step: int, t0: float) -> float:
+        """Evaluate a checkpoint and hand it to ``on_checkpoint`` (the trackers,
+        the saved state); returns the clock's origin ``t0`` moved on by the time
+        that took, so ``wall_time_s`` times the algorithm alone."""
+        began = time.perf_counter()
+        self.state.wall_time = began - t0
+        self.on_checkpoint(step, self.evaluate())
+        return t0 + (time.perf_counter() - began)
+
+    def _twins(self) -> tuple[Components, np.random.Generator]:
+        """Copies of the run's components and generator that share the data set:
+        a probe plays on them before the clock starts, and the run itself is
+        left as it was."""
+        parts = self.parts
+        keep = (parts.dataset, parts.dataset.X, parts.dataset.y)
+        return copy.deepcopy(parts, {id(a): a for a in keep}), copy.deepcopy(self.rng)
 
 
 class Game(Loop):
@@ -145,6 +176,10 @@ class Game(Loop):
     def __init__(self, parts: Components, *args: Any, **kwargs: Any) -> None:
         super().__init__(parts, *args, **kwargs)
         self.state = GameState(a_sum=np.zeros(parts.dataset.X.shape[0]))
+
+    def iterate(self) -> np.ndarray:
+        """The w-player's current iterate (before the first round: ``w_0``)."""
+        return self.parts.w_player.w
 
     def play(self) -> dict[str, float]:
         """Play the rounds left up to the horizon, evaluating every checkpoint;
@@ -171,6 +206,8 @@ class Game(Loop):
         stride = max(1, self.horizon // 200)
         pending = [int(r) for r in self.checkpoints if r > state.rounds]
         next_cp = pending.pop(0) if pending else -1
+        if state.rounds < self.horizon and self.probe:
+            self._probe_round()
         t0 = time.perf_counter() - state.wall_time
         stop = self.stop_requests
         self.started = True
@@ -212,15 +249,29 @@ class Game(Loop):
             state.data_points += rows.size
             if t == next_cp:
                 state.rounds = t
-                state.wall_time = time.perf_counter() - t0
-                metrics = self.evaluate()
-                self.on_checkpoint(state.data_points, metrics)
+                t0 = self._checkpoint(state.data_points, t0)
                 next_cp = pending.pop(0) if pending else -1
             if self.progress is not None and t % stride == 0:
                 self.progress(t)
         state.rounds = self.horizon
         state.wall_time = time.perf_counter() - t0
         return state.last_metrics
+
+    def _probe_round(self) -> None:
+        """Play the next round on copies of the components (``_twins``), so
+        that every kernel it calls is compiled, or loaded from numba's cache,
+        before the clock starts; the seconds are added to ``compile_time``."""
+        began = time.perf_counter()
+        try:
+            parts, rng = self._twins()
+            twin = Game(parts, self.state.rounds + 1, rng, np.zeros(0, dtype=np.int64),
+                        engine="python")
+            twin.probe = False
+            twin.state = copy.deepcopy(self.state)
+            twin._play_python()
+        except Exception:  # noqa: BLE001 - the run's own round reports it, or compiles then
+            return
+        self.state.compile_time += time.perf_counter() - began
 
     def _play_compiled(self, forms: engines.Forms) -> dict[str, float]:
         """The rounds in compiled calls (``harness.engine``): each call plays up
@@ -240,7 +291,9 @@ class Game(Loop):
         info = np.array([0, 0, state.data_points], dtype=np.int64)
         pending = [int(r) for r in self.checkpoints if r > state.rounds]
         stride = max(1, self.horizon // 200)
+        began = time.perf_counter()
         play(1, 0, *args, info)  # no round: load (or compile) first, while a signal interrupts
+        state.compile_time += time.perf_counter() - began
         t0 = time.perf_counter() - state.wall_time
         stop = self.stop_requests
         self.started = True
@@ -273,9 +326,7 @@ class Game(Loop):
             if pending and last == pending[0]:
                 pending.pop(0)
                 state.rounds = last
-                state.wall_time = time.perf_counter() - t0
-                metrics = self.evaluate()
-                self.on_checkpoint(state.data_points, metrics)
+                t0 = self._checkpoint(state.data_points, t0)
             if self.progress is not None and (last // stride) > ((first - 1) // stride):
                 self.progress(last)
             first = last + 1
@@ -299,7 +350,7 @@ class Game(Loop):
         """Metrics at the current round: certified dual gap, objective, task metrics,
         the plugins' metrics, and the seconds spent computing them all
         (``checkpoint_time_s``; ``checkpoint_time_total_s`` over every checkpoint
-        so far, included in ``wall_time_s`` from the next checkpoint on)."""
+        so far; neither is part of ``wall_time_s``)."""
         start = time.perf_counter()
         parts, state = self.parts, self.state
         X, y = parts.dataset.X, parts.dataset.y
@@ -343,9 +394,9 @@ class Game(Loop):
             "clipped_losses": float(model.n_clipped),
         }
         metrics.update(model.task_metrics(w_bar, X, y, parts.constraint.k))
-        bound = theory_bound(pp, wp, t)
-        if bound is not None:
-            metrics["theory_bound"] = bound
+        self.theory_absent = why_no_theory_bound(pp, wp, model, t)
+        if self.theory_absent is None:
+            metrics["theory_bound"] = theory_bound(pp, wp, t)
         if self.extra_metrics is not None:
             metrics.update(self.extra_metrics(w_bar, losses))
         bad = {key: value for key, value in metrics.items() if not math.isfinite(value)}
@@ -391,6 +442,29 @@ class Game(Loop):
 def _first_bad(w: np.ndarray) -> str:
     i = int(np.flatnonzero(~np.isfinite(w))[0])
     return f"coordinate {i} is {float(w[i])!r}"
+
+
+def why_no_theory_bound(pp: PPlayer, wp: WPlayer, model: Model, rounds: int) -> str | None:
+    """Why the theorem's bound (``theory_bound``) does not hold for this run, or
+    None when it does. The theorem needs losses in [0, 1] that are convex in
+    ``w``: a model that clips (a ``loss_scale`` below its proven bound, declared
+    by ``clips_``, or losses already clipped, ``n_clipped``) hands the players
+    ``min(L, 1)``, which is not convex, while the gap is measured on the
+    unclipped losses. It needs both players' regret bounds (each player's
+    docstring names the assumptions of its own)."""
+    if getattr(model, "clips_", False) or int(getattr(model, "n_clipped", 0)):
+        bound = getattr(model, "loss_bound_", None)
+        below = (f" (loss_scale {float(model.scale_):.4g} below its proven bound "
+                 f"{float(bound):.4g})" if bound is not None else "")
+        return (f"the model clips losses{below}: the players see min(L, 1), not convex in w, "
+                "so the theorem does not apply")
+    for role, player in (("p-player", pp), ("w-player", wp)):
+        if player.regret_bound(max(rounds, 1)) is None:
+            return (f"the {role} '{getattr(player, 'name', type(player).__name__)}' states no "
+                    "regret bound for this run (its docstring says why)")
+    if theory_bound(pp, wp, rounds) is None:
+        return "the bound is not finite at this round"
+    return None
 
 
 def theory_bound(pp: PPlayer, wp: WPlayer, rounds: int) -> float | None:

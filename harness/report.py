@@ -18,9 +18,12 @@ split by problem (data set, preparation, k, mu/nu). It writes
   per-row gradient evaluations, passes over the data or wall seconds), one line per
   configuration (median over seeds) with the min-max band over seeds; the
   objective's figure draws the exact optimum (param ``opt``, where the runs
-  computed it) as a dashed horizontal line, ``suboptimality.png`` and
-  ``relative_suboptimality.png`` plot ``objective - OPT`` and its ratio to
-  OPT; these three draw the trivial solution ``w = 0`` (params
+  computed it) as a dashed horizontal line, ``suboptimality.png``,
+  ``relative_suboptimality.png`` and ``normalised_suboptimality.png`` plot
+  the certified ``objective - OPT`` (``plugins.reference``) and its ratios,
+  down to OPT's resolution (its certified interval's width, a dash-dotted
+  line; a value below it is drawn at it and a triangle marks where a
+  configuration reached it); the first three draw the trivial solution ``w = 0`` (params
   ``trivial_objective``, ``trivial_relative_suboptimality``) as a dotted line;
 * ``summary.png``: the paper's figure layout, the task metric (accuracy or
   MSE of the k largest losses) on the left, the dual gap on the right;
@@ -32,7 +35,8 @@ split by problem (data set, preparation, k, mu/nu). It writes
   (a cross-problem sweep such as ``experiment=problems``);
 * ``time_to_accuracy.md``: per problem and configuration, the data points and
   wall seconds to reach relative suboptimality 10 %, 1 %, 0.1 % (normalised
-  suboptimality 1e-2, 1e-4, 1e-6), median over seeds;
+  suboptimality 1e-2, 1e-4, 1e-6) from a start above the target, median over
+  seeds ("met at start" where ``w_0`` is within it already);
 * ``performance_profile.png`` (Dolan and More 2002), where the report has at
   least two problems: per configuration, the fraction of problems it solves
   (``--target-metric`` <= ``--target``) within a factor tau of the best cost;
@@ -101,6 +105,12 @@ class Curves:
     opt: dict[str, float] = field(default_factory=dict)
     #: the objective of ``w = 0`` (param ``trivial_objective``), where OPT was known
     trivial: dict[str, float] = field(default_factory=dict)
+    #: per run, how far each suboptimality metric is resolved: OPT's certified
+    #: interval width (params ``opt``, ``opt_lower``) in that metric's units
+    resolution: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: per run, each suboptimality metric at the run's own start ``w_0`` (param
+    #: ``start_objective``)
+    start: dict[str, dict[str, float]] = field(default_factory=dict)
     #: each run's problem, e.g. ``"yacht minmax k=20"`` (data set, its preparation, k)
     problem: dict[str, str] = field(default_factory=dict)
     #: each run's data set and k, to order problems
@@ -301,8 +311,35 @@ def load_report(uri: str | None, experiment: str, filter_string: str = "",
             curves.opt[name] = float(params["opt"])
         if "trivial_objective" in params:
             curves.trivial[name] = float(params["trivial_objective"])
+        if "opt" in params and "opt_lower" in params:
+            opt, lower = float(params["opt"]), float(params["opt_lower"])
+            start = float(params["start_objective"]) if "start_objective" in params else None
+            curves.resolution[name] = in_units(opt - lower, opt, lower, start)
+            if start is not None:
+                curves.start[name] = in_units(start - lower, opt, lower, start)
         curves.problem[name], curves.where[name] = problem, where
     return dict(grouped), scope
+
+
+#: the suboptimality metrics, certified upper bounds ``F(w) - opt_lower`` and its ratios
+SUBOPTIMALITY = ("suboptimality", "relative_suboptimality", "normalised_suboptimality")
+
+
+def in_units(value: float, opt: float, lower: float, start: float | None) -> dict[str, float]:
+    """A distance ``value`` above ``opt_lower`` in each suboptimality metric's units
+    (``plugins.reference``): itself, over ``opt``, over ``start - opt_lower``."""
+    out = {"suboptimality": value}
+    if opt > 0:
+        out["relative_suboptimality"] = value / opt
+    if start is not None and start > lower:
+        out["normalised_suboptimality"] = value / (start - lower)
+    return out
+
+
+def resolution_of(curves: Curves, metric: str) -> float | None:
+    """The median over the runs of how far ``metric`` is resolved (None: unknown)."""
+    values = [r[metric] for r in curves.resolution.values() if metric in r]
+    return float(np.median(values)) if values else None
 
 
 #: the pseudo-param that labels a tuning sweep's lines (``exp4mp step=tuned``)
@@ -387,6 +424,7 @@ def _draw(ax, grouped: dict[str, Curves], metric: str, x: str = "data_points") -
     import matplotlib
 
     drawn = False
+    floors: set[float] = set()
     # beyond ten algorithms the default cycle repeats its colours: twenty distinct ones
     palette = matplotlib.colormaps["tab20"] if len(grouped) > 10 else None
     for index, algorithm in enumerate(sorted(grouped)):
@@ -395,13 +433,26 @@ def _draw(ax, grouped: dict[str, Curves], metric: str, x: str = "data_points") -
             continue
         steps = x_values(grouped[algorithm], steps, x)
         n_seeds = sum(metric in h for h in grouped[algorithm].runs.values())
+        floor = resolution_of(grouped[algorithm], metric) if metric in SUBOPTIMALITY else None
+        if floor is not None and floor > 0:  # below OPT's resolution: drawn at it
+            med, lo, hi = (np.maximum(v, floor) for v in (med, lo, hi))
+            floors.add(floor)
         if metric in LOG_Y:  # a value <= 0 has no place on a log axis: leave a gap
             med, lo, hi = (np.where(v > 0, v, np.nan) for v in (med, lo, hi))
         style = {} if palette is None else {"color": palette(index % 20)}
         seeds = f"{n_seeds} seed" + "s" * (n_seeds != 1)
         line, = ax.plot(steps, med, label=f"{algorithm} ({seeds})", **style)
         ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.25, linewidth=0)
+        if floor is not None and floor > 0:
+            at = np.flatnonzero(med <= floor)
+            if at.size:  # where the median run reached OPT's resolution
+                ax.plot(steps[at[0]], med[at[0]], marker="v", markersize=8, linestyle="none",
+                        color=line.get_color())
         drawn = True
+    if drawn and floors:
+        for value in sorted(floors):
+            ax.axhline(value, color="black", linestyle="-.", linewidth=1,
+                       label=f"OPT's resolution {value:.2g} (v: reached)")
     if drawn and metric == "objective":
         for value in reference_lines(grouped):
             ax.axhline(value, color="black", linestyle="--", linewidth=1,
@@ -603,12 +654,17 @@ TARGET_METRICS = ("relative_suboptimality", "normalised_suboptimality", "subopti
 
 
 def first_reach(history: Mapping[str, tuple[np.ndarray, np.ndarray]], metric: str,
-                target: float, counter: str = "data_points") -> float:
+                target: float, counter: str = "data_points",
+                start: float | None = None) -> float:
     """``counter`` (data points, or a counter metric such as ``wall_time_s``) at the
-    first checkpoint where ``metric <= target``; inf if the run never gets there,
-    NaN if it did not log ``metric`` or ``counter``."""
+    first checkpoint where ``metric <= target``, counted from a start above the
+    target (``start``: the metric at the run's ``w_0``, param
+    ``start_objective``); 0 when the start already met the target; inf if the
+    run never gets there, NaN if it did not log ``metric`` or ``counter``."""
     if metric not in history:
         return float("nan")
+    if start is not None and start <= target:
+        return 0.0
     steps, values = history[metric]
     hit = np.flatnonzero(values <= target)
     if hit.size == 0:
@@ -637,6 +693,8 @@ def _reach_cell(points: Sequence[float], seconds: Sequence[float]) -> str:
         return "not reached"
     if 2 * k <= n:
         return f"not reached ({k}/{n} seeds)"
+    if median_reach(points) == 0.0:
+        return "met at start" + ("" if k == n else f", {k}/{n} seeds")
     wall = median_reach(seconds)
     cell = f"{median_reach(points):,.0f}" + (f" ({wall:.3g} s)" if np.isfinite(wall) else "")
     return cell if k == n else f"{cell}, {k}/{n} seeds"
@@ -654,20 +712,24 @@ def time_to_accuracy_table(grouped: dict[str, Curves]) -> str:
     lines = ["| configuration | seeds | " + " | ".join(names[m](t) for m, t in columns) + " |",
              "|---|---|" + "---|" * len(columns)]
     for label in sorted(grouped):
-        runs = list(grouped[label].runs.values())
+        curves = grouped[label]
+        runs = list(curves.runs.values())
         cells = []
         for metric, target in columns:
-            mine = [h for h in runs if metric in h]
-            cells.append(_reach_cell([first_reach(h, metric, target) for h in mine],
-                                     [first_reach(h, metric, target, "wall_time_s")
-                                      for h in mine]))
+            mine = [(h, curves.start.get(name, {}).get(metric))
+                    for name, h in curves.runs.items() if metric in h]
+            cells.append(_reach_cell(
+                [first_reach(h, metric, target, start=s) for h, s in mine],
+                [first_reach(h, metric, target, "wall_time_s", start=s) for h, s in mine]))
         lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 TIME_TO_ACCURACY_CAPTION = (
     "Each cell: data points processed (and wall seconds, metric wall_time_s) at the first "
-    "checkpoint where the metric is at or below the target, median over seeds. A seed that "
+    "checkpoint where the metric is at or below the target, counted from a start above the "
+    "target, median over seeds; \"met at start\" where the run's starting point w_0 is "
+    "already within the target (no time to speak of). A seed that "
     "never reaches the target counts as infinitely late, so the median is reported only "
     "when more than half of the seeds reach it (followed by k/n seeds when not all do); "
     "otherwise the cell says \"not reached (k/n seeds)\", or \"not reached\" when no seed "
@@ -685,8 +747,10 @@ def profile_costs(split: dict[str, dict[str, Curves]], metric: str = "relative_s
     for i, part in enumerate(split.values()):
         for j, label in enumerate(labels):
             if label in part:
-                reach = [first_reach(h, metric, target, x)
-                         for h in part[label].runs.values() if metric in h]
+                curves = part[label]
+                reach = [first_reach(h, metric, target, x,
+                                     start=curves.start.get(name, {}).get(metric))
+                         for name, h in curves.runs.items() if metric in h]
                 cost = median_reach(reach)
                 costs[i, j] = cost if np.isfinite(cost) else np.inf
     return labels, costs

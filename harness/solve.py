@@ -11,8 +11,10 @@ iterate, and the certified duality gap when the solver has a dual iterate.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,10 @@ class SolverRun(Loop):
     A ``harness.game.Loop`` like ``Game``, so ``harness.api.play`` saves,
     resumes and tracks both alike; ``state.rounds`` counts data points here.
     """
+
+    def iterate(self) -> np.ndarray:
+        """The solver's iterate ``w`` (after its setup: ``w_0``)."""
+        return self.parts.solver.w
 
     def play(self) -> dict[str, float]:
         """Advance the solver to each checkpoint in turn, evaluating each;
@@ -69,9 +75,7 @@ class SolverRun(Loop):
                 reached = True
             if reached:
                 state.rounds = now
-                state.wall_time = time.perf_counter() - t0
-                metrics = self.evaluate()
-                self.on_checkpoint(now, metrics)
+                t0 = self._checkpoint(now, t0)
             if self.progress is not None and (now // stride) > (done // stride):
                 self.progress(min(now, self.horizon))
         state.rounds = max(state.rounds, self.horizon)
@@ -132,6 +136,40 @@ class SolverRun(Loop):
             raise GuardError(f"non-finite metric(s) {bad} at {state.data_points:,} data points, "
                              f"not logged (solver '{name}', model '{parts.names.get('model')}').")
         return self._timed(metrics, start)
+
+
+def set_up(solver: Any, problem: Any, budget: int, seed: int) -> tuple[dict[str, Any], float,
+                                                                        float]:
+    """``solver.setup(problem, budget)`` for a run: ``(values, compile_s, setup_s)``.
+
+    First a copy of the solver is set up on a copy of the problem and takes
+    one step (``probe``), so that its kernels are compiled, or loaded from
+    numba's cache, before anything is timed (``compile_s``); then the solver
+    itself is set up, timed as the algorithm's own work (``setup_s``: its
+    first pass over the data counts as data points, so it counts as time)."""
+    compile_s = probe(solver, problem, budget, seed)
+    began = time.perf_counter()
+    values = solver.setup(problem, budget)
+    return values, compile_s, time.perf_counter() - began
+
+
+def probe(solver: Any, problem: Any, budget: int, seed: int) -> float:
+    """Seconds to set up a copy of ``solver`` on a copy of ``problem`` that
+    shares its data and take one step, so that its kernels are compiled before
+    the clock starts; 0 if the copy cannot be made or fails (the run itself
+    then reports the failure, or compiles in its own time). A ``ConfigError``
+    is raised as the run's own setup would raise it."""
+    began = time.perf_counter()
+    try:
+        keep = {id(a): a for a in (problem.X, problem.y)}
+        twin, twin_problem = copy.deepcopy((solver, problem), keep)
+        twin.setup(twin_problem, budget)
+        twin.advance(twin_problem, np.random.default_rng(seed), int(twin.data_points) + 1)
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - the run reports it in its own time
+        return 0.0
+    return time.perf_counter() - began
 
 
 def _dual_bound(problem, q, w0):

@@ -19,14 +19,18 @@ scale, K, B) and cached on disk, keyed by a hash of all of them; a cached
 OPT needs no solver.
 
 At run start (before the tracker logs parameters) the run's params gain
-``opt``, ``opt_lower`` (its certified lower bound), ``opt_solver``,
-``opt_status`` (``solved``, ``cached``, ``skipped`` or ``failed``) and
-``opt_message``. At each checkpoint, if OPT is known, the metrics gain
-``suboptimality = objective(w_bar) - OPT`` and ``relative_suboptimality =
-suboptimality / OPT``; if not, nothing is logged and ``opt_message`` says why.
-Since ``opt_lower <= OPT``, ``suboptimality >= -(opt - opt_lower)`` always.
-The command's end-of-run summary gains the final suboptimality and OPT (or
-why it is unavailable).
+``opt`` and ``opt_lower``, the two ends of OPT's certified interval
+(``opt_lower <= OPT <= opt``), ``opt_width = opt - opt_lower``,
+``opt_solver``, ``opt_status`` (``solved``, ``cached``, ``skipped`` or
+``failed``) and ``opt_message``. At each checkpoint, if OPT is known, the
+metrics gain ``suboptimality = objective(w) - opt_lower``, a certified upper
+bound on the true ``objective(w) - OPT`` (never negative: it exceeds the truth
+by at most ``opt_width``, the resolution of OPT), ``relative_suboptimality =
+suboptimality / opt`` and ``normalised_suboptimality = suboptimality /
+(F(w_0) - opt_lower)`` with ``w_0`` the run's own starting point (param
+``start_objective = F(w_0)``); if not, nothing is logged and ``opt_message``
+says why. The command's end-of-run summary gains the final suboptimality and
+OPT with its interval (or why it is unavailable).
 
 The trivial solution as a second reference: when OPT is known, the params
 also gain ``trivial_objective``, the objective ``max_{p in K} <L(0), p>`` of
@@ -166,9 +170,15 @@ def on_run_start(context):
     context.state["reference"] = {"status": status, "message": message, "optimum": found}
     if found is not None:
         context.params.update({"opt": found.value, "opt_lower": found.lower,
+                               "opt_width": found.value - found.lower,
                                "opt_solver": found.solver})
         context.state["reference"]["trivial"] = trivial(context.parts, found.value)
         context.params.update(context.state["reference"]["trivial"])
+        start_w = context.parts.start_w
+        if start_w is not None:
+            start = float(context.parts.problem.value(np.asarray(start_w, dtype=np.float64)))
+            context.state["reference"]["start"] = start
+            context.params["start_objective"] = start
 
 
 @harness.hookimpl
@@ -177,13 +187,13 @@ def checkpoint_metrics(context, w_bar, losses):
     if found is None:
         return None
     objective = context.parts.problem.value(w_bar, losses)
-    gap = objective - found.value
+    gap = max(objective - found.lower, 0.0)  # >= objective - OPT: a certified upper bound
     metrics = {"suboptimality": gap}
     if found.value > 0:
         metrics["relative_suboptimality"] = gap / found.value
-    start = (context.state["reference"].get("trivial") or {}).get("trivial_objective")
-    if start is not None and start > found.value:
-        metrics["normalised_suboptimality"] = gap / (start - found.value)
+    start = context.state["reference"].get("start")
+    if start is not None and start > found.lower:
+        metrics["normalised_suboptimality"] = gap / (start - found.lower)
     return metrics
 
 
@@ -194,11 +204,13 @@ def summary_lines(context, status, metrics):
         return None
     lines = []
     if "suboptimality" in metrics:
-        lines.append(("suboptimality (objective - OPT)", f"{metrics['suboptimality']:.6g}"))
+        lines.append(("suboptimality (objective - OPT)",
+                      f"at most {metrics['suboptimality']:.6g}"))
     record = context.state.get("reference")
     if record is not None:
         found = record["optimum"]
-        text = (f"{found.value:.6g} ({found.solver}, {record['status']})" if found is not None
+        text = (f"{found.value:.15g} ({found.solver}, {record['status']}), certified to "
+                f"{found.value - found.lower:.2g}" if found is not None
                 else f"unavailable ({record['status']}): {record['message']}")
         lines.append(("exact optimum OPT", text))
         lines.extend(trivial_lines(record.get("trivial")))

@@ -151,9 +151,11 @@ def test_checkpoint_time_is_logged_by_the_game(tiny_cfg):
         assert metrics["checkpoint_time_s"] >= 0.02  # the plugins' metrics count in it
         total += metrics["checkpoint_time_s"]
         assert metrics["checkpoint_time_total_s"] == pytest.approx(total, rel=1e-12)
-    # wall time at a checkpoint includes the earlier checkpoints' time
+    # wall time times the rounds alone: the 4,000 rounds of this game take far
+    # less than one checkpoint's 20 ms, which the clock leaves out
     for before, after in zip(logged, logged[1:], strict=False):
-        assert after["wall_time_s"] >= before["wall_time_s"] + before["checkpoint_time_s"]
+        assert before["wall_time_s"] <= after["wall_time_s"]
+    assert logged[-1]["wall_time_s"] < 0.02 * (len(logged) - 1)
     assert final == logged[-1]
 
 
@@ -205,12 +207,15 @@ def test_reference_lines_follow_the_core_rows(tiny_cfg, tmp_path):
     metrics = harness.play(prep)
     lines = cli.summary(prep, metrics).splitlines()
     core = lines.index(next(line for line in lines if "data points processed" in line))
+    if "compiling kernels" in lines[core + 1]:  # the core's last row, on a first use
+        core += 1
     params = prep.context.params
     # the reference plugin's rows come after every core row, in this order
     assert lines[core + 1:core + 4] == [
-        f"  {'suboptimality (objective - OPT)':<36} {metrics['suboptimality']:.6g}",
-        f"  {'exact optimum OPT':<36} {params['opt']:.6g} "
-        f"({params['opt_solver']}, {params['opt_status']})",
+        f"  {'suboptimality (objective - OPT)':<36} at most {metrics['suboptimality']:.6g}",
+        f"  {'exact optimum OPT':<36} {params['opt']:.15g} "
+        f"({params['opt_solver']}, {params['opt_status']}), certified to "
+        f"{params['opt'] - params['opt_lower']:.2g}",
         f"  {'trivial solution w = 0':<36} {params['trivial_objective']:.6g} "
         f"(relative suboptimality {params['trivial_relative_suboptimality']:.3g})"]
     assert not any("OPT" in line for line in cli.interrupted(prep).split("; "))
