@@ -355,9 +355,9 @@ def test_full_batch_smoothed_agd_on_the_papers_problem():
 
 @pytest.mark.parametrize("nu", [0.0, 0.5])
 def test_full_batch_agd_costs_n_data_points_per_iteration(nu):
-    # seed 12: every agd iteration is one gradient at y (n data points, n gradient
-    # evaluations, no function values), and advance stops within one iteration
-    # of its target whatever the target
+    # seed 12: every agd iteration is one gradient at y (n data points, the
+    # gradients of the rows with q_i != 0, no function values), and advance
+    # stops within one iteration of its target whatever the target
     P = _instance(25, 3, seed=12, mu=0.1, nu=nu, radius=0.5)
     s = FullBatch(method="agd")
     s.setup(P, 1000)
@@ -365,7 +365,8 @@ def test_full_batch_agd_costs_n_data_points_per_iteration(nu):
     for until in (1, 26, 27, 100, 313, 1000):
         s.advance(P, rng, until)
         assert until <= s.data_points < until + 25
-        assert s.data_points == s.grad_evals == 25 * s.iterations_
+        assert s.data_points == 25 * s.iterations_
+        assert s.iterations_ <= s.grad_evals <= s.data_points
 
 
 def test_full_batch_lbfgs_stops_mid_line_search_and_resumes_it():
@@ -459,7 +460,7 @@ def test_full_batch_default_on_the_papers_breast_cancer_run():
     metrics = harness.play(prep)
     n = 569
     assert 20000 <= metrics["data_points"] <= 20000 + n
-    assert metrics["data_points"] % n == 0 and metrics["grad_evals"] == metrics["data_points"]
+    assert metrics["data_points"] % n == 0 and 0 < metrics["grad_evals"] <= metrics["data_points"]
     at_zero = math.log(2) / params["model.loss_scale"]  # every loss ties at w = 0
     assert abs(metrics["objective"] - at_zero) > 1e-4, metrics["objective"] - at_zero
     assert metrics["dual_gap"] >= 0
