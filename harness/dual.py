@@ -135,7 +135,9 @@ def certified_gap(problem: Any, w: np.ndarray, q: np.ndarray | None = None,
     larger dual bound of ``q(w)`` (the closed-form inner maximiser at ``w``)
     and of ``q`` (a solver's dual iterate in ``K``, optional), each inner
     minimum polished from ``w_inner`` (default ``w``) to its rounding floor when
-    ``mu > 0``. ``losses``: ``L(w)`` if already computed.
+    ``mu > 0``. With ``mu = 0`` (a finite ball: Frank-Wolfe to
+    ``dual_lower_bound``'s default tolerances) ``q(w)`` is used only without a
+    ``q``. ``losses``: ``L(w)`` if already computed.
 
     Cost: the losses at ``w`` (one pass, skipped when given), a projection, and
     per dual point a few Newton steps of ``dim + 2`` gradient passes over the
@@ -148,7 +150,10 @@ def certified_gap(problem: Any, w: np.ndarray, q: np.ndarray | None = None,
     tol = {"abs_tol": 0.0, "rel_tol": 0.0} if problem.mu > 0 else {}
     best: tuple[float, np.ndarray, np.ndarray] | None = None
     caps = _caps(problem.constraint)
-    for candidate in (q_w, q):
+    # with mu = 0 each dual bound is a Frank-Wolfe solve of up to max_iter passes:
+    # the closed form's only when there is no other
+    closed_form = q_w if q is None or problem.mu > 0 else None
+    for candidate in (closed_form, q):
         if candidate is None:
             continue
         if caps is not None:  # the point whose D is bounded: in K, sum exactly 1

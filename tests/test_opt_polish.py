@@ -390,6 +390,25 @@ def test_certified_gap_takes_the_better_dual_point(prospect_optima):
     assert alone.gap > 1.05 * truth
 
 
+def test_certified_gap_without_strong_convexity():
+    # seed 12, n = 60, d = 4, k = 30, nu = 0.5, mu = 0, ball 0.5 (Frank-Wolfe inner
+    # bounds to 1e-9 relative): the gap holds at 5 points (>= F(w) - OPT's upper
+    # end), and with a solver's q it is that q's bound alone, q moved into K by
+    # at most 1e-15 (the closed form's would cost another Frank-Wolfe solve)
+    P = _synthetic(60, 4, seed=12, mu=0.0, nu=0.5, radius=0.5)
+    opt = _solve(P)
+    assert not opt.polished
+    rng = np.random.default_rng(12)
+    for _ in range(5):
+        w = project_ball(rng.normal(size=4), 0.5)
+        q = P.inner(P.losses(0.9 * w))[1]
+        for given in (None, q):
+            result = certified_gap(P, w, given)
+            assert result.gap >= P.value(w) - opt.value
+        assert result.lower == dual_lower_bound(P, result.q, w)[0]
+        np.testing.assert_allclose(result.q, q, rtol=0, atol=1e-15)  # (repaired to sum 1)
+
+
 @pytest.mark.parametrize("radius", [math.inf, 0.4])
 def test_dual_lower_bound_is_below_the_exact_dual_function(radius):
     # seed 9, n = 50, d = 4, nu = 1, mu = 1/50; for 10 random q in K: the bound
