@@ -20,10 +20,21 @@ z/(nu n), 0, c_i)``, the maximising q; for ``nu = 0``, ``phi_i(z) = c_i max(z,
 
 an average of n jointly convex terms (convex nondecreasing ``phi_i`` of a
 convex loss minus ``tau``), so plain SGD on ``(w, tau)`` is unbiased.
+
+**The schedule** (``SGD``'s docstring): SGD's step sizes and averaging as its
+theory gives them for the problem at hand, the constants taken from the
+problem (its ball, the rows' smoothness and gradient bound, the caps), so
+that the default is not a step sized for another method: ``D / (G
+sqrt(t))`` on the paper's nonsmooth problem in a ball (Zinkevich 2003,
+Theorem 1; Bubeck 2015, Theorem 6.1), the smooth step then ``1 / sqrt(t)``
+where ``G`` is smooth or unbounded (Bubeck 2015, Theorem 6.3), both with
+the uniform average; ``2 / (mu (t + a))`` with the weighted average for a
+known strong convexity (Bubeck 2015, Theorem 6.2) on request.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,87 +43,215 @@ from numba import njit
 import harness
 from harness import Param
 from plugins.lib.row_solver import LR_SCALE_PARAM, RowSolver
-from plugins.lib.spectral import project_ball_inplace, row_data, row_loss_grad
-from plugins.lib.steps import scale_param, scaled_step
+from plugins.lib.spectral import (
+    project_ball_inplace,
+    row_data,
+    row_grad,
+    row_loss,
+    row_scratch,
+)
+from plugins.lib.steps import check_scale, scale_param
+
+#: schedule codes of the kernel
+CONSTANT, INVERSE, SQRT = 0, 1, 2
+SCHEDULES = {"constant": CONSTANT, "inverse": INVERSE, "sqrt": SQRT}
 
 
 class SGD(RowSolver):
-    """Mini-batch SGD on ``G(w, tau)`` (module docstring) with constant steps.
+    """Mini-batch SGD on ``G(w, tau)`` (module docstring) with the step schedule
+    of its theory and the average that theory bounds.
 
-    Per step: b rows drawn uniformly *with* replacement (``Generator.integers(0,
-    n)``, b independent draws); for each, ``z_i = L_i(w) - tau`` and the weight
-    ``s_i = n phi_i'(z_i)`` (``ru_weight``); then
+    Per step t = 1, 2, ...: b rows drawn uniformly *with* replacement
+    (``Generator.integers(0, n)``, b independent draws); for each, ``z_i =
+    L_i(w) - tau`` and the weight ``s_i = n phi_i'(z_i)`` (``ru_weight``); then
 
-        w   <- w   - lr     ((1/b) sum s_i grad L_i(w) + mu w),
-        tau <- tau - tau_lr (1 - (1/b) sum s_i),
+        w   <- w   - eta_t   ((1/b) sum s_i grad L_i(w) + mu w),
+        tau <- tau - theta_t (1 - (1/b) sum s_i),
 
-    both at the same ``(w, tau)``, and ``w`` is projected onto the ball when the
-    radius is finite (``tau`` is free: with ``nu > 0`` the minimising multiplier
-    need not lie in the range of the losses). ``w_0 = 0``, ``tau_0 = 0``. The
-    reported ``w`` is the last iterate, or with ``average`` the running mean of
-    the iterates after each step (Polyak averaging).
+    both at the same ``(w, tau)``; ``w`` is projected onto the ball when the
+    radius is finite and ``tau`` onto ``[tau_lo, tau_hi] = [-nu (n max_i c_i
+    - 1), U + nu]`` when the model's loss bound ``U`` over the ball is finite
+    (the minimising tau has ``sum_i clip(1/n + (L_i - tau) / (nu n), 0, c_i)
+    = 1``, so it lies there; for ``nu = 0`` it is a quantile of the losses,
+    in ``[0, U]``). ``w_0 = 0``, ``tau_0 = 0``. A row with ``s_i = 0`` adds
+    nothing, so its gradient is not formed (its loss is evaluated: it decides
+    ``s_i``). The reported ``w`` is the average of the points at which the
+    gradients were taken (``w_0, ..., w_{t-1}``, weighted as the schedule's
+    theorem says), or with ``average=false`` the last iterate.
+
+    **Schedules** (``eta_t = lr f_t``, ``theta_t = tau_lr f_t``):
+
+    * ``sqrt`` (the default): ``f_t = sqrt(t0 / (t0 + t - 1))`` and the
+      uniform average.
+
+      - ``nu = 0`` in a ball (the paper's problem: ``G`` nonsmooth on a
+        bounded domain): ``t0 = 1``, i.e. ``eta_t = D_w / (G_w sqrt(t))`` and
+        ``theta_t = D_tau / (G_tau sqrt(t))``: per block the diameter over
+        the bound on the stochastic gradient, ``D_w = 2B``, ``G_w = n max_i
+        c_i G + mu B`` (``s_i <= n max_i c_i``, ``G`` the rows' gradient
+        bound over the ball, ``model.grad_bound``), ``D_tau = tau_hi -
+        tau_lo``, ``G_tau = max(1, n max_i c_i - 1) >= |1 - s_i|``.
+        Zinkevich (2003, "Online convex programming and generalized
+        infinitesimal gradient ascent", Theorem 1), in the coordinates
+        scaled by the two steps, bounds the regret of the points played by
+        ``(3/2) (D_w G_w + D_tau G_tau) sqrt(T)``; the gradients being
+        unbiased, ``E G(w_bar_T, tau_bar_T) - F* <= (3/2) (D_w G_w + D_tau
+        G_tau) / sqrt(T)`` for their uniform average (the online-to-batch
+        step of the proof of Bubeck 2015, "Convex Optimization: Algorithms
+        and Complexity", Theorem 6.1, which has the constant step ``R / (B
+        sqrt(T))`` for a known horizon). The bounds are worst cases over the
+        ball, so the tuned step is larger (on Boston at k = 20, 9 times).
+      - otherwise (``nu > 0``: the terms are smooth; or no ball: no bound
+        ``G``): ``lr = tau_lr = 1 / (n max_i c_i L + mu)``
+        (``plugins.lib.spectral.default_step``, the default of Prospect and
+        LSVRG: each term's w-gradient ``s_i grad L_i`` carries a weight
+        ``s_i <= n max_i c_i`` on an L-smooth loss, so ``n max_i c_i L + mu``
+        bounds its smoothness apart from the curvature ``||grad L_i||^2 /
+        nu`` of the smoothed max, which the squared error leaves unbounded)
+        and ``t0 = n / b``: the smooth step for about one pass, then ``lr
+        sqrt(t0 / t)``. That is the shape of the step of Bubeck (2015),
+        Theorem 6.3 (f convex and beta-smooth, gradient noise of variance
+        ``sigma^2``: the steps ``1 / (beta + sigma sqrt(t/2) / R)`` and the
+        average give ``E f - f* <= R sigma sqrt(2/t) + beta R^2 / t``): the
+        smooth step while the noise term is small, then ``R sqrt(2) /
+        (sigma sqrt(t))``. Where the two meet, ``2 (beta R / sigma)^2``
+        steps, needs the distance ``R`` to the optimum and the noise, which
+        are not known before the run; the default puts it at one pass. The
+        steps do not use mu: averaged SGD with steps proportional to ``1 /
+        sqrt(t)`` adapts to a strong convexity it is not told (Bach and
+        Moulines 2011, "Non-asymptotic analysis of stochastic approximation
+        algorithms for machine learning": the averaged iterates reach the
+        ``1 / (mu t)`` rate), which matters on Prospect's problem, whose
+        modulus ``mu = 1/n`` is far below the data's curvature.
+
+    * ``inverse`` (mu > 0): ``f_t = t0 / (t0 + t - 1)`` with ``t0 = 2 / (mu
+      lr_default)``, i.e. ``eta_t = 2 / (mu (t + a))`` with ``a = t0 - 1``,
+      and the average with weights ``t + a - 1``; ``lr = tau_lr = 1 / (n
+      max_i c_i L + mu)``. For a mu-strongly convex f with ``E||g||^2 <=
+      B^2`` the proof of Bubeck (2015), Theorem 6.2 (Lacoste-Julien, Schmidt
+      and Bach 2012; there ``a = 1``) goes through with ``t + a`` in place of
+      ``t + 1`` and gives ``E f(w_bar_t) - f* <= 2 B^2 / (mu (t + 2a - 1)) +
+      mu a (a - 1) ||w_0 - w*||^2 / (2 t (t + 2a - 1))``; ``a`` makes the
+      first step the smooth one. Not the default: ``G`` is strongly convex
+      in ``w`` only, and with ``mu = 1/n`` (Prospect's problem) the steps
+      stay near ``lr`` for about ``2 / lr`` passes, past the whole budget on
+      the larger sets (on kin8nm the protocol's tuned multiplier of this
+      schedule is 3^-3).
+    * ``constant``: ``f_t = 1``, ``lr`` the row solvers' default
+      (``plugins.lib.row_solver``: ``1 / (n max_i c_i L + mu)``, with ``nu =
+      0`` in a ball at most ``B / (n max_i c_i G sqrt(T))``), ``tau_lr =
+      lr``: the DRO papers' SGD, which they tune; it only reaches a
+      neighbourhood of the optimum of size O(lr).
+
+    ``lr_scale`` multiplies every step of w's schedule (the default ``lr``;
+    the schedule's shape, ``t0``, stays), ``tau_lr_scale`` every step of
+    tau's. ``tau_lr``'s default follows the step in use: ``tau_lr =
+    tau_lr_default * lr / lr_default`` (so ``lr_scale=s`` is the run with
+    ``lr = s * lr_default``). ``lr`` and ``tau_lr`` given set the first
+    step of each schedule. On ``experiment=prospect`` and on the paper's
+    problem on Boston (k = 20) the tuning protocol's multiplier of the
+    default is between 3^-2 and 3^2 (``tools/step_table.py``).
 
     With ``mu = nu = 0`` this is the algorithm of ``p_player=ru_sgd`` with
-    ``w_player=ogd`` (Trunc-CVaR): the same stochastic subgradient
-    ``c_i 1[L_i > tau]``, but here with constant steps, rows drawn with
-    replacement, ``tau`` not clipped to ``[0, 1]`` and in one solver rather
-    than split into the game's two players.
+    ``w_player=ogd`` (Trunc-CVaR): the same stochastic subgradient ``c_i
+    1[L_i > tau]``, but here with rows drawn with replacement and in one
+    solver rather than split into the game's two players.
 
-    Default step ``lr = 1 / (n max_i c_i L + mu)``, the default of Prospect and
-    LSVRG (``plugins.lib.spectral.default_step``), so that untuned runs of the
-    baseline and of the variance-reduced solvers share a step: each term's
-    w-gradient ``s_i grad L_i(w)`` carries a weight ``s_i <= n max_i c_i`` on
-    an L-smooth loss (``L`` the rows' smoothness), so ``n max_i c_i L + mu``
-    bounds its smoothness apart from the curvature ``||grad L_i||^2 / nu`` of
-    the smoothed max, which the squared error leaves unbounded. The default
-    does not depend on the batch. With a constant step SGD only reaches a
-    neighbourhood of the optimum of size O(lr); lower the step (or average)
-    for a tighter one. ``tau_lr`` defaults to ``lr`` (the step in use, scaled
-    by ``lr_scale``); ``tau_lr_scale`` multiplies that default.
-
-    Counters: no set-up cost; each step b data points and b gradient
-    evaluations. No dual iterate (``q`` is None).
+    Counters (``docs/tracking.md``, Counters): no set-up cost; each step
+    evaluates the loss of every distinct drawn row at ``w`` (one data point
+    each: a row drawn twice in a step is evaluated once and counts once, its
+    weight and gradient entering the estimate twice) and forms the gradient
+    of each of those with ``s_i != 0``. ``data_points`` can so overshoot a
+    target by less than b. No dual iterate (``q`` is None).
     """
 
     name: ClassVar[str] = "sgd"
     params: ClassVar[dict[str, Param]] = {
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
-                    doc="constant step of w; None: as lr of prospect and lsvrg "
-                        "(plugins.lib.row_solver)"),
+                    doc="first step of w's schedule; None: the schedule's default "
+                        "(class docstring)"),
         "lr_scale": LR_SCALE_PARAM,
         "tau_lr": Param(float, low=0.0, low_open=True, nullable=True,
-                        doc="constant step of the threshold tau; None: lr"),
+                        doc="first step of the threshold tau's schedule; None: its default "
+                            "times lr / lr_default"),
         "tau_lr_scale": scale_param("tau_lr"),
+        "schedule": Param(str, default="sqrt", choices=("sqrt", "inverse", "constant"),
+                          doc="sqrt: lr sqrt(t0 / (t0 + t)) (nu = 0 in a ball: lr = D / G, "
+                              "t0 = 1; else the smooth step for about a pass, t0 = n); "
+                              "inverse: 2 / (mu (t + a)) (mu > 0); constant: lr"),
         "batch": Param(int, default=1, low=1, doc="rows per step b, drawn with replacement"),
-        "average": Param(bool, default=False,
-                         doc="report the running average of the iterates (Polyak)"),
+        "average": Param(bool, default=True,
+                         doc="report the schedule's average of the points where the "
+                             "gradients are taken (inverse: weights t + a - 1; else "
+                             "uniform); false: the last iterate"),
     }
 
     #: no dual iterate: the harness reports no dual gap
     q = None
 
     def __init__(self, lr: float | None = None, tau_lr: float | None = None, batch: int = 1,
-                 average: bool = False, lr_scale: float = 1.0,
-                 tau_lr_scale: float = 1.0) -> None:
+                 average: bool = True, lr_scale: float = 1.0, tau_lr_scale: float = 1.0,
+                 schedule: str = "sqrt") -> None:
         self.lr = lr
         self.lr_scale = lr_scale
         self.tau_lr = tau_lr
         self.tau_lr_scale = tau_lr_scale
+        self.schedule = schedule
         self.batch = batch
         self.average = average
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         self._prepare(problem, budget // max(int(self.batch), 1))
+        check_scale(self.name, "tau_lr", self.tau_lr, self.tau_lr_scale)
+        n, mu, nu = self.n_, float(problem.mu), self.nu_
+        radius = float(problem.radius)
+        spread = n * float(np.max(self.caps_))
+        schedule = self.schedule
+        bound = float(getattr(problem.model, "loss_bound_", math.inf)) / problem.scale
+        grad_bound = float(problem.model.grad_bound)
+        self.tau_lo_, self.tau_hi_ = -math.inf, math.inf
+        if math.isfinite(radius) and math.isfinite(bound):
+            self.tau_lo_, self.tau_hi_ = -nu * (spread - 1.0), bound + nu
+        bounded = math.isfinite(self.tau_hi_) and math.isfinite(grad_bound)
+        self.t0_ = math.inf
+        if schedule == "inverse":
+            if not mu > 0.0:
+                raise harness.ConfigError(
+                    "The 'schedule' parameter of sgd is 'inverse' (steps 2 / (mu (t + a))) "
+                    "but mu = 0: choose schedule=sqrt or constant, or mu > 0.")
+            lr_default = tau_default = self.lr_smooth_
+            self.t0_ = 2.0 / (mu * lr_default)
+        elif schedule == "sqrt" and nu == 0.0 and bounded:  # nonsmooth, in a ball
+            lr_default = 2.0 * radius / (spread * grad_bound + mu * radius)
+            tau_default = (self.tau_hi_ - self.tau_lo_) / max(1.0, spread - 1.0)
+            self.t0_ = 1.0
+        elif schedule == "sqrt":  # smooth (nu > 0) or unbounded: the smooth step first
+            lr_default = tau_default = self.lr_smooth_
+            self.t0_ = max(1.0, n / max(int(self.batch), 1))
+        else:
+            lr_default = tau_default = self.lr_default_
+        self.schedule_ = schedule
+        self.lr_default_ = lr_default
+        self.lr_ = float(self.lr) if self.lr is not None else self.lr_scale * lr_default
+        self.tau_lr_default_ = tau_default * self.lr_ / lr_default
+        self.tau_lr_ = (float(self.tau_lr) if self.tau_lr is not None
+                        else self.tau_lr_scale * self.tau_lr_default_)
         p = problem.n_params
-        self.tau_lr_ = scaled_step(self.name, "tau_lr", self.tau_lr, self.tau_lr_scale, self.lr_)
         self.iterate_ = np.zeros(p)
         self.average_ = np.zeros(p)
-        #: [tau]
-        self.tau_ = np.zeros(1)
-        # counters: data points, gradient evaluations, steps
+        #: [tau, the average's weight so far]
+        self.tau_ = np.zeros(2)
+        # counters: data points, gradients formed, steps
         self.counts_ = np.zeros(3, dtype=np.int64)
+        b = int(self.batch)
+        # the step that last evaluated each row and its draw there (sgd_steps)
+        self.mark_ = np.full(n, -1, dtype=np.int64)
+        self.slot_ = np.zeros(n, dtype=np.int64)
+        self.batch_grads_ = np.zeros((b, p))
+        self.batch_weights_ = np.zeros(b)
         self._sync()
-        return {**self._logged(), "tau_lr": self.tau_lr_, "batch": int(self.batch)}
+        return {**self._logged(), "tau_lr": self.tau_lr_, "batch": int(self.batch),
+                "schedule": schedule, "t0": self.t0_}
 
     def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
         if until <= self.data_points:
@@ -120,12 +259,15 @@ class SGD(RowSolver):
         X, y = row_data(problem)
         sgd_steps(self.spec_, X, y, self.iterate_, self.average_, self.tau_, self.caps_,
                   self.nu_, float(problem.mu), self.lr_, self.tau_lr_, float(problem.radius),
-                  int(self.batch), rng, int(until), self.counts_)
+                  int(self.batch), SCHEDULES[self.schedule_], self.t0_,
+                  self.tau_lo_, self.tau_hi_, rng, int(until), self.counts_, self.mark_,
+                  self.slot_, self.batch_grads_, self.batch_weights_)
         self._sync()
 
     @property
     def w(self) -> np.ndarray:
-        """The reported iterate: the average if ``average``, else the last."""
+        """The reported iterate: the average if ``average``, else the last (the
+        average is ``w_0 = 0`` before the first step)."""
         return self.average_ if self.average else self.iterate_
 
     @property
@@ -155,46 +297,80 @@ def ru_phi(z: np.ndarray, caps: np.ndarray, nu: float, n: int) -> np.ndarray:
 @njit(cache=True, error_model="numpy")
 def sgd_row_grad(spec, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - compiled
     """Row i's weight ``s_i = n phi_i'(L_i(w) - tau)``, returned, and ``s_i grad
-    L_i(w)`` written into ``g``: row i's term ``tau + n phi_i(L_i(w) - tau) +
-    (mu/2)||w||^2`` of ``G`` has w-gradient ``g + mu w`` and tau-gradient ``1 -
-    s_i`` (one uniform row's unbiased estimate of the gradient of ``G``)."""
+    L_i(w)`` written into ``g`` (0 when ``s_i = 0``: that gradient is not
+    formed): row i's term ``tau + n phi_i(L_i(w) - tau) + (mu/2)||w||^2`` of
+    ``G`` has w-gradient ``g + mu w`` and tau-gradient ``1 - s_i`` (one
+    uniform row's unbiased estimate of the gradient of ``G``)."""
     n = X.shape[0]
-    loss = row_loss_grad(spec, X, y, i, w, g, z)
+    loss = row_loss(spec, X, y, i, w, z)
     s = ru_weight(loss - tau, caps[i], nu, n)
+    if s == 0.0:
+        for j in range(w.size):
+            g[j] = 0.0
+        return s
+    row_grad(spec, X, y, i, z, g)
     for j in range(w.size):
         g[j] *= s
     return s
 
 
 @njit(cache=True, error_model="numpy")
-def sgd_steps(spec, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, rng, until,
-              counts):  # pragma: no cover - compiled
+def sgd_steps(spec, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, schedule, t0,
+              tau_lo, tau_hi, rng, until, counts, mark, slot, gb,
+              sb):  # pragma: no cover - compiled
     """Mini-batch steps on ``(w, tau[0])`` until ``counts[0] >= until``; ``avg``
-    kept as the mean of the iterates after each step."""
+    kept as the schedule's average of the points where the gradients are
+    taken (``tau[1]``: its total weight). A row drawn again in the same step
+    reuses its first draw's weight and gradient (``mark[i]``: the step that
+    last evaluated row i, ``slot[i]``: its draw there; ``gb``, ``sb``: the
+    step's gradients and weights by draw)."""
     n = X.shape[0]
     p = w.size
-    g = np.empty(p)
     gw = np.empty(p)
-    z = np.empty(max(spec[2], 1))
+    z = np.empty(row_scratch(spec))
     while counts[0] < until:
-        t = tau[0]
+        t = counts[2]  # steps before this one
+        if schedule == 1:
+            f = t0 / (t0 + t)
+            weight = t0 - 1.0 + t
+        elif schedule == 2:
+            f = math.sqrt(t0 / (t0 + t))
+            weight = 1.0
+        else:
+            f = 1.0
+            weight = 1.0
+        tau[1] += weight
+        share = weight / tau[1]
+        for j in range(p):
+            avg[j] += share * (w[j] - avg[j])
+        tt = tau[0]
         st = 0.0
         for j in range(p):
             gw[j] = 0.0
-        for _ in range(batch):
-            st += sgd_row_grad(spec, X, y, rng.integers(0, n), w, t, caps, nu, g, z)
+        for d in range(batch):
+            i = rng.integers(0, n)
+            if mark[i] == t:  # drawn before in this step: the same point, not evaluated again
+                e = slot[i]
+                sb[d] = sb[e]
+                for j in range(p):
+                    gb[d, j] = gb[e, j]
+            else:
+                mark[i] = t
+                slot[i] = d
+                sb[d] = sgd_row_grad(spec, X, y, i, w, tt, caps, nu, gb[d], z)
+                counts[0] += 1
+                if sb[d] != 0.0:
+                    counts[1] += 1
+            st += sb[d]
             for j in range(p):
-                gw[j] += g[j]
+                gw[j] += gb[d, j]
+        eta = lr * f
         for j in range(p):
-            w[j] -= lr * (gw[j] / batch + mu * w[j])
-        tau[0] = t - tau_lr * (1.0 - st / batch)
+            w[j] -= eta * (gw[j] / batch + mu * w[j])
+        tt = tt - tau_lr * f * (1.0 - st / batch)
+        tau[0] = min(max(tt, tau_lo), tau_hi)
         project_ball_inplace(w, radius)
-        counts[0] += batch
-        counts[1] += batch
         counts[2] += 1
-        k = counts[2]
-        for j in range(p):
-            avg[j] += (w[j] - avg[j]) / k
 
 
 @harness.hookimpl

@@ -183,13 +183,25 @@ def test_stochastic_gradient_is_unbiased(nu, model):
 # ---------------------------------------------------------------------------
 
 
-def _dense_sgd(problem, lr, tau_lr, batch, rows):
-    """The step of ``plugins.sgd.SGD`` in numpy, rows in batches of ``batch``."""
+def _dense_sgd(problem, lr, tau_lr, batch, rows, schedule="constant", t0=math.inf):
+    """The step of ``plugins.sgd.SGD`` in numpy, rows in batches of ``batch``:
+    step t (from 0) scaled by 1, ``sqrt(t0 / (t0 + t))`` or ``t0 / (t0 + t)``;
+    tau kept in the solver's bracket; the average of the points where the
+    gradients are taken, uniform or (inverse) with weights ``t + t0 - 1``."""
     model, X, y, n = problem.model, problem.X, problem.y, problem.n
     caps = problem.constraint.row_caps()
+    lo, hi = -math.inf, math.inf
+    if math.isfinite(problem.radius):
+        lo = -problem.nu * (n * caps.max() - 1.0)
+        hi = model.loss_bound_ / model.scale_ + problem.nu
     w, tau = np.zeros(problem.n_params), 0.0
-    avg = np.zeros_like(w)
-    for t, start in enumerate(range(0, rows.size, batch), start=1):
+    avg, total = np.zeros_like(w), 0.0
+    for t, start in enumerate(range(0, rows.size, batch)):
+        f = {"constant": 1.0, "sqrt": math.sqrt(t0 / (t0 + t)) if t0 < math.inf else 1.0,
+             "inverse": t0 / (t0 + t)}[schedule]
+        weight = t + t0 - 1.0 if schedule == "inverse" else 1.0
+        total += weight
+        avg += (weight / total) * (w - avg)
         gw, st = np.zeros_like(w), 0.0
         for i in rows[start:start + batch]:
             loss, g = model.value_and_grad(w, X[i:i + 1], y[i:i + 1], np.ones(1))
@@ -200,27 +212,32 @@ def _dense_sgd(problem, lr, tau_lr, batch, rows):
                 s = n * caps[i] * (z > 0)
             gw += s * g
             st += s
-        w = problem.project(w - lr * (gw / batch + problem.mu * w))
-        tau = tau - tau_lr * (1.0 - st / batch)
-        avg += (w - avg) / t
+        w = problem.project(w - lr * f * (gw / batch + problem.mu * w))
+        tau = min(max(tau - tau_lr * f * (1.0 - st / batch), lo), hi)
     return w, tau, avg
 
 
-@pytest.mark.parametrize("model, nu, batch, radius", [
-    ("linear_mse", 1.0, 1, math.inf), ("linear_mse", 0.0, 3, 0.3),
-    ("logistic_cel", 0.5, 2, math.inf),
+@pytest.mark.parametrize("model, nu, batch, radius, schedule", [
+    ("linear_mse", 1.0, 1, math.inf, "constant"), ("linear_mse", 0.0, 3, 0.3, "constant"),
+    ("logistic_cel", 0.5, 2, math.inf, "constant"), ("linear_mse", 1.0, 2, math.inf, "sqrt"),
+    ("linear_mse", 0.0, 3, 0.3, "sqrt"), ("linear_mse", 1.0, 1, math.inf, "inverse"),
 ])
-def test_kernel_matches_dense_transcription(model, nu, batch, radius):
+def test_kernel_matches_dense_transcription(model, nu, batch, radius, schedule):
     """Seed 13, n = 40, 300 steps: the compiled run and a numpy transcription fed
     the same rows (the kernel draws ``Generator.integers(0, n)`` one row at a
-    time, reproduced here) agree to 1e-10 in w, tau and the average."""
+    time, reproduced here) agree to 1e-10 in w, tau and the average, for each
+    schedule with the solver's own t0 (a row drawn twice in a step is
+    evaluated once by the kernel, twice here: the same numbers)."""
     problem = yacht_problem(nu=nu, model=model, radius=radius)
-    solver = SGD(lr=0.01, tau_lr=0.03, batch=batch, average=True)
+    solver = SGD(lr=0.01, tau_lr=0.03, batch=batch, schedule=schedule)
     solver.setup(problem, 0)
     steps = 300
     rows = np.random.default_rng(13).integers(0, problem.n, size=steps * batch)
-    solver.advance(problem, np.random.default_rng(13), steps * batch)
-    w, tau, avg = _dense_sgd(problem, 0.01, 0.03, batch, rows)
+    rng = np.random.default_rng(13)
+    while int(solver.counts_[2]) < steps:
+        solver.advance(problem, rng, solver.data_points + 1)
+    assert int(solver.counts_[2]) == steps
+    w, tau, avg = _dense_sgd(problem, 0.01, 0.03, batch, rows, schedule, solver.t0_)
     scale = max(1.0, float(np.max(np.abs(w))))
     assert np.max(np.abs(solver.iterate_ - w)) <= 1e-10 * scale
     assert np.max(np.abs(solver.w - avg)) <= 1e-10 * scale
@@ -232,40 +249,86 @@ def test_kernel_matches_dense_transcription(model, nu, batch, radius):
 # ---------------------------------------------------------------------------
 
 
-def test_converges_to_independent_optimum():
-    """Yacht rows 0..39, k = 20, mu = 1/n, nu = 1, radius inf (F* by L-BFGS-B on
-    F). Last iterate, constant step 2.5e-4, run seeds 0..4: after 1e6 data
-    points ``F(w) - F*`` is at most 1e-2 of ``|F*|`` for every seed (observed
-    at most 2e-3). Polyak average, step 5e-3, seed 0: at most 1e-3 (observed
-    2e-5) after 2e5 data points. The default step (``1 / (n max c_i L +
-    mu)``, about 0.04 here) with averaging: at most 1e-2 (observed 1.3e-3)."""
+def test_default_schedule_converges_to_independent_optimum():
+    """Yacht rows 0..39, k = 20, mu = 1/n, nu = 1, no ball (F* by L-BFGS-B on F,
+    independent of SGD). The default (``sqrt``: the smooth step for a pass,
+    then 1/sqrt(t), averaged), run seeds 0..4: after 2e5 data points ``F(w) -
+    F*`` is at most 1e-4 of ``|F*|`` for every seed (observed 4e-6 .. 2.2e-5)
+    and the mean over the seeds is at most a quarter of the mean after 2e4
+    (observed a tenth). The constant step of the same size with the same
+    average stalls at 1.2e-3 .. 1.7e-3 (it fails both)."""
+    problem = yacht_problem()
+    fs = f_star(problem)
+
+    def errors(budget, **kw):
+        out = []
+        for seed in range(5):
+            solver = SGD(**kw)
+            solver.setup(problem, budget)
+            solver.advance(problem, np.random.default_rng(seed), budget)
+            out.append((problem.value(solver.w) - fs) / abs(fs))
+        return np.array(out)
+
+    late, early = errors(200_000), errors(20_000)
+    assert np.all(late <= 1e-4), late
+    assert late.mean() <= 0.25 * early.mean()
+    assert SGD().setup(problem, 0)["schedule"] == "sqrt"
+
+
+def test_inverse_schedule_converges_to_independent_optimum():
+    """The same instance with ``schedule=inverse`` (2 / (mu (t + a)), the average
+    weighted by t + a - 1), seeds 0..4, 2e5 data points: ``F(w) - F*`` at most
+    1e-4 of ``|F*|`` (observed 3.4e-6 .. 3.1e-5)."""
     problem = yacht_problem()
     fs = f_star(problem)
     for seed in range(5):
-        solver = SGD(lr=2.5e-4)
+        solver = SGD(schedule="inverse")
         solver.setup(problem, 0)
-        solver.advance(problem, np.random.default_rng(seed), 1_000_000)
-        assert problem.value(solver.w) - fs <= 1e-2 * abs(fs)
-    averaged = SGD(lr=5e-3, average=True)
-    averaged.setup(problem, 0)
-    averaged.advance(problem, np.random.default_rng(0), 200_000)
-    assert problem.value(averaged.w) - fs <= 1e-3 * abs(fs)
-    default = SGD(average=True)
-    default.setup(problem, 0)
-    default.advance(problem, np.random.default_rng(0), 200_000)
-    assert problem.value(default.w) - fs <= 1e-2 * abs(fs)
+        solver.advance(problem, np.random.default_rng(seed), 200_000)
+        assert problem.value(solver.w) - fs <= 1e-4 * abs(fs)
+
+
+def test_papers_problem_schedule_converges_to_independent_optimum():
+    """Yacht rows 0..39, k = 5, nu = 0, radius 1, mu = 1/n (nonsmooth, in a
+    ball: the default is D / (G sqrt(t)) per block with the uniform average).
+    F* by cvxpy (the Rockafellar-Uryasev form as a conic program, Clarabel).
+    Seeds 0..4: after 2e5 data points the mean of ``F(w) - F*`` over the seeds
+    is at most 1e-2 of ``|F*|`` (observed 4e-3) and at most a fifth of the
+    mean after 2e4 (observed 0.07: the 1 / sqrt(t) steps keep converging)."""
+    cp = pytest.importorskip("cvxpy")
+    problem = yacht_problem(nu=0.0, radius=1.0, k=5)
+    w, t = cp.Variable(problem.n_params), cp.Variable()
+    losses = cp.square(problem.X @ w - problem.y) / problem.scale
+    program = cp.Problem(cp.Minimize(t + cp.sum(cp.pos(losses - t)) / 5
+                                     + 0.5 * problem.mu * cp.sum_squares(w)),
+                         [cp.norm(w) <= 1.0])
+    program.solve(solver="CLARABEL", tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    fs = problem.value(np.asarray(w.value))  # F at the conic solution: an upper bound on F*
+    assert fs <= program.value + 1e-9
+
+    def mean_error(budget):
+        out = []
+        for seed in range(5):
+            solver = SGD()
+            solver.setup(problem, budget)
+            solver.advance(problem, np.random.default_rng(seed), budget)
+            out.append((problem.value(solver.w) - fs) / abs(fs))
+        return float(np.mean(out))
+
+    late = mean_error(200_000)
+    assert late <= 1e-2 and late <= 0.2 * mean_error(20_000)
 
 
 def test_objective_decreases_in_expectation():
-    """Same instance, step 1e-3, 40 runs (seeds 100..139): the mean of F(w_t)
-    over the runs at 0, 50, 200, 800 and 3200 data points decreases, each drop
-    larger than 3 standard errors of the paired differences; the mean at 3200
-    is within 5e-2 of F*."""
+    """Same instance, constant step 1e-3, last iterate, 40 runs (seeds
+    100..139): the mean of F(w_t) over the runs at 0, 50, 200, 800 and 3200
+    data points decreases, each drop larger than 3 standard errors of the
+    paired differences; the mean at 3200 is within 5e-2 of F*."""
     problem = yacht_problem()
     checkpoints = (0, 50, 200, 800, 3200)
     values = np.empty((40, len(checkpoints)))
     for r in range(40):
-        solver = SGD(lr=1e-3)
+        solver = SGD(lr=1e-3, schedule="constant", average=False)
         solver.setup(problem, 0)
         rng = np.random.default_rng(100 + r)
         for j, until in enumerate(checkpoints):
@@ -279,10 +342,11 @@ def test_objective_decreases_in_expectation():
 
 
 def test_resume_from_pickle_is_bitwise():
-    """Seed 5, n = 40, radius 0.3 (projected: the last iterate ends on the
-    sphere), nu = 0, batch 3, averaging: pickling the solver and the generator
-    mid-run and resuming gives the same w, last iterate and tau, bit for bit,
-    as the run without interruption (advanced in other chunks)."""
+    """Seed 5, n = 40, radius 0.3 (projected), nu = 0, batch 3, the default
+    schedule and average (their state: the step count and the average's
+    weight): pickling the solver and the generator mid-run and resuming gives
+    the same w, last iterate and tau, bit for bit, as the run without
+    interruption (advanced in other chunks)."""
     problem = yacht_problem(nu=0.0, radius=0.3)
     straight = SGD(lr=0.05, batch=3, average=True)
     straight.setup(problem, 0)
@@ -298,49 +362,66 @@ def test_resume_from_pickle_is_bitwise():
     assert np.array_equal(straight.w, resumed.w)
     assert np.array_equal(straight.iterate_, resumed.iterate_)
     assert straight.tau == resumed.tau
-    assert straight.data_points == resumed.data_points == 2502
-    assert np.linalg.norm(straight.iterate_) == pytest.approx(0.3, abs=1e-12)
+    assert straight.data_points == resumed.data_points >= 2501
+    assert np.linalg.norm(straight.iterate_) <= 0.3 + 1e-12
     assert not np.array_equal(straight.w, straight.iterate_)
 
 
 def test_counters():
-    """n = 40: no set-up cost; each step of batch b costs b data points and b
-    gradient evaluations (a target between multiples of b is overshot to the
-    next one; a target already reached runs nothing); no dual iterate."""
+    """n = 40 (exact counts against the row kernels' calls: test_counters.py):
+    no set-up cost; each step of batch b costs at most b data points (a row
+    drawn twice in a step counts once) and forms at most as many gradients; a
+    target is overshot by less than b; a target already reached runs nothing;
+    no dual iterate."""
     problem = yacht_problem()
     solver = SGD(batch=3)
     solver.setup(problem, 0)
     assert (solver.data_points, solver.grad_evals) == (0, 0)
     solver.advance(problem, np.random.default_rng(0), 7)
-    assert (solver.data_points, solver.grad_evals) == (9, 9)
-    assert int(solver.counts_[2]) == 3
-    solver.advance(problem, np.random.default_rng(0), 9)
-    assert (solver.data_points, solver.grad_evals) == (9, 9)
-    solver.advance(problem, np.random.default_rng(0), 10)
-    assert (solver.data_points, solver.grad_evals) == (12, 12)
-    assert solver.passes == 12 / problem.n
+    assert 7 <= solver.data_points < 10 and int(solver.counts_[2]) == 3
+    assert 0 < solver.grad_evals <= solver.data_points
+    before = (solver.data_points, solver.grad_evals)
+    solver.advance(problem, np.random.default_rng(0), 7)
+    assert (solver.data_points, solver.grad_evals) == before
+    assert solver.passes == solver.data_points / problem.n
     assert isinstance(solver.data_points, int) and isinstance(solver.grad_evals, int)
     assert getattr(solver, "q", None) is None
     one = SGD()
     one.setup(problem, 0)
     one.advance(problem, np.random.default_rng(0), 5)
-    assert (one.data_points, one.grad_evals) == (5, 5)
+    assert one.data_points == 5 and int(one.counts_[2]) == 5
 
 
 def test_default_steps_and_log():
-    """The default step is ``1 / (n max_i c_i L + mu)`` with ``L = 2 max ||x||^2 /
-    scale`` (linear_mse, no bias), ``tau_lr`` defaults to it; both are logged
-    and overridable."""
+    """The default schedule is sqrt. Without a ball (nu = 1): its first step is
+    ``1 / (n max_i c_i L + mu)`` with ``L = 2 max ||x||^2 / scale`` (linear_mse,
+    no bias), ``tau_lr`` the same, ``t0 = n / b``. With nu = 0 in a ball of
+    radius B: ``lr = 2B / (n max_i c_i G + mu B)``, ``tau_lr = (U - 0) / max(1,
+    n max_i c_i - 1)`` (U the model's loss bound over its scale), ``t0 = 1``.
+    Inverse: t0 = 2 / (mu lr). All logged and overridable; a given lr moves
+    the default tau_lr with it."""
     problem = yacht_problem()
     X = problem.X
     L = 2.0 * np.max(np.einsum("ij,ij->i", X, X)) / 2.0
     expected = 1.0 / (problem.n * (1.0 / 20) * L + problem.mu)
     logged = SGD().setup(problem, 0)
     assert logged["lr"] == pytest.approx(expected, rel=1e-12)
-    assert logged["tau_lr"] == logged["lr"]
+    assert logged["tau_lr"] == logged["lr"] and logged["t0"] == problem.n
+    assert SGD(batch=4).setup(problem, 0)["t0"] == problem.n / 4
+    inverse = SGD(schedule="inverse").setup(problem, 0)
+    assert inverse["t0"] == pytest.approx(2.0 / (problem.mu * expected), rel=1e-12)
+    paper = yacht_problem(nu=0.0, radius=1.0, k=5)
+    model = paper.model
+    logged = SGD().setup(paper, 0)
+    assert logged["lr"] == pytest.approx(2.0 / (8 * model.grad_bound + paper.mu), rel=1e-12)
+    assert logged["tau_lr"] == pytest.approx(model.loss_bound_ / model.scale_ / 7, rel=1e-12)
+    assert logged["t0"] == 1.0
     logged = SGD(lr=0.5, tau_lr=0.1, batch=4).setup(problem, 0)
     assert (logged["lr"], logged["tau_lr"], logged["batch"]) == (0.5, 0.1, 4)
     assert SGD(lr=0.5).setup(problem, 0)["tau_lr"] == 0.5
+    with pytest.raises(harness.ConfigError, match="'inverse'.*mu = 0"):
+        SGD(schedule="inverse").setup(Problem(paper.X, paper.y, model, paper.constraint,
+                                              radius=1.0), 0)
 
 
 def test_params_are_validated():

@@ -101,7 +101,8 @@ def test_a_solvers_scale_multiplies_its_default_step(s_name, s_params, problem, 
     if "lr_default" in default:  # logged unscaled beside the step in use
         assert scaled["solver.lr_default"] == default["solver.lr_default"]
     if s_name == "sgd" and step == "lr":  # tau_lr's default follows the step in use
-        assert scaled["solver.tau_lr"] == scaled["solver.lr"]
+        assert scaled["solver.tau_lr"] == pytest.approx(3.0 * default["solver.tau_lr"],
+                                                        rel=1e-15)
 
 
 def test_full_batch_lbfgs_scales_its_first_step():
