@@ -230,7 +230,7 @@ def replaces(component: Any, base: type, names: tuple[str, ...]) -> bool:
     return any(getattr(cls, name) is not getattr(base, name) for name in names)
 
 
-def _replaced_methods(component: Any) -> list[str]:
+def replaced_methods(component: Any) -> list[str]:
     """Names of the class's methods that ``component`` overrides on the instance."""
     cls = type(component)
     return sorted(name for name, value in vars(component).items()
@@ -246,7 +246,7 @@ def forms(parts: Any) -> Forms | str:
         return (f"data set '{parts.names.get('dataset')}' does not hold its features as a "
                 "float64 array (in memory, or a C-ordered memory map)")
     for kind in ("constraint", "model", "w_player", "p_player"):
-        replaced = _replaced_methods(getattr(parts, kind))
+        replaced = replaced_methods(getattr(parts, kind))
         if replaced:  # a wrapper (a test's, a profiler's) would be bypassed
             return (f"{kind.replace('_', '-')} '{parts.names.get(kind)}' has methods replaced "
                     f"on the instance ({', '.join(replaced)})")

@@ -158,8 +158,14 @@ class Loop:
     def _twins(self) -> tuple[Components, np.random.Generator]:
         """Copies of the run's components and generator that share the data set:
         a probe plays on them before the clock starts, and the run itself is
-        left as it was."""
+        left as it was. A TypeError when a component has methods replaced on
+        the instance (a test's or a profiler's wrapper would call the original)."""
         parts = self.parts
+        wrapped = [kind for kind in ("constraint", "model", "p_player", "w_player", "solver")
+                   if getattr(parts, kind) is not None
+                   and engines.replaced_methods(getattr(parts, kind))]
+        if wrapped:  # a wrapper on the instance is a closure over the run's own component
+            raise TypeError(f"methods replaced on the instance of {', '.join(wrapped)}")
         keep = (parts.dataset, parts.dataset.X, parts.dataset.y)
         return copy.deepcopy(parts, {id(a): a for a in keep}), copy.deepcopy(self.rng)
 
@@ -387,7 +393,8 @@ class Game(Loop):
             "inner_solver_slack": inner.upper - inner.lower,
             "rounds": float(t),
             "data_points": float(state.data_points),
-            # every row of a round's batch has its gradient evaluated (weight 0 or not)
+            # the model forms the gradient of every row of a round's batch (weight 0
+            # or not): per-row gradients formed = rows evaluated
             "grad_evals": float(state.data_points),
             "passes": state.data_points / X.shape[0],
             "wall_time_s": state.wall_time,

@@ -24,8 +24,9 @@ from typing import Any
 #: starts afresh). 3: EXP4.MP's and dense EXP-IX-M's state tuples changed, and
 #: DepRound's pairing (a resumed run would not match an uninterrupted one). 4:
 #: DepRound's pairing again, the kernels' exp and log (``plugins.lib.vecmath``),
-#: and FTRL's state tuple
-FORMAT = 4
+#: and FTRL's state tuple. 5: the row solvers' counters (``counts_``) and SGD's
+#: schedule state
+FORMAT = 5
 
 
 def key(params: dict[str, Any]) -> str:

@@ -111,11 +111,12 @@ def speed_table(sizes: list[int], steps: int) -> None:
         anchor_s = time_anchor(lv, problem)
         rng = np.random.default_rng(1)
         total = max(steps, 2 * n)
+        before = int(lv.counts_[3])  # steps taken so far
         start = time.perf_counter()
         lv.advance(problem, rng, lv.data_points + total)
         elapsed = time.perf_counter() - start
-        taken = lv.grad_evals - lv.data_points  # a step: 1 point, 2 evaluations
-        anchors = (lv.data_points - n - taken) // n  # an anchor: n and n
+        taken = int(lv.counts_[3]) - before
+        anchors = taken // n  # an anchor every n steps
         t_a = elapsed / taken
         t_l = max(elapsed - anchors * anchor_s, 0.0) / taken
         print(f"{n:>9} {1e6 * t_p:>10.2f} {1e6 * t_l:>11.2f} {1e6 * t_a:>13.2f} "
