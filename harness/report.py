@@ -108,6 +108,8 @@ class Curves:
     #: per run, how far each suboptimality metric is resolved: OPT's certified
     #: interval width (params ``opt``, ``opt_lower``) in that metric's units
     resolution: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: per run, the lower end of OPT's certified interval (param ``opt_lower``)
+    lower: dict[str, float] = field(default_factory=dict)
     #: per run, each suboptimality metric at the run's own start ``w_0`` (param
     #: ``start_objective``)
     start: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -122,7 +124,7 @@ class Curves:
 #: (its value, bound, solver, status and message, cached or not, and its
 #: settings: they measure the run, they do not change it); ``*`` is a wildcard.
 #: Run ids, start and wall times and the version are tags and metrics, never params.
-NOT_CONFIGURATION = ("seed", "opt", "opt_*", "trivial_*", "reference.*")
+NOT_CONFIGURATION = ("seed", "opt", "opt_*", "trivial_*", "start_objective", "reference.*")
 #: the tag of a sweep's parent run (``plugins/mlflow_tracking.py``, ``SweepCallback``)
 SWEEP_TAG = "minimax_bench_sweep"
 PARENT_TAG = "mlflow.parentRunId"
@@ -314,6 +316,7 @@ def load_report(uri: str | None, experiment: str, filter_string: str = "",
         if "opt" in params and "opt_lower" in params:
             opt, lower = float(params["opt"]), float(params["opt_lower"])
             start = float(params["start_objective"]) if "start_objective" in params else None
+            curves.lower[name] = lower
             curves.resolution[name] = in_units(opt - lower, opt, lower, start)
             if start is not None:
                 curves.start[name] = in_units(start - lower, opt, lower, start)
@@ -497,11 +500,14 @@ def trivial_values(curves: Curves, label: str) -> dict[str, float]:
     if label not in curves.trivial or label not in curves.opt:
         return {}
     value, opt = curves.trivial[label], curves.opt[label]
-    out = {"objective": value, "suboptimality": value - opt}
+    # measured as the runs measure themselves: from the lower end of OPT's interval
+    gap = value - curves.lower.get(label, opt)
+    out = {"objective": value, "suboptimality": gap}
     if opt > 0:
-        out["relative_suboptimality"] = (value - opt) / opt
-    if value > opt:  # (F(0) - F*) / (F(0) - F*): w = 0 is where the normalisation starts
-        out["normalised_suboptimality"] = 1.0
+        out["relative_suboptimality"] = gap / opt
+    span = curves.start.get(label, {}).get("suboptimality", gap)  # F(w_0) - opt_lower
+    if span > 0:  # a run that logged no start began at w = 0
+        out["normalised_suboptimality"] = gap / span
     return out
 
 
@@ -570,7 +576,9 @@ def problem_table(grouped: dict[str, Curves], metric: str = "relative_suboptimal
 def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
                     metric: str = "relative_suboptimality",
                     x: str = "data_points") -> list[Path]:
-    """``problem_<dataset>.png``: ``metric`` against ``x``, one panel per k."""
+    """``problem_<dataset>.png`` (relative suboptimality, or the objective where
+    OPT is unknown; another ``metric``: ``problem_<dataset>_<metric>.png``):
+    ``metric`` against ``x``, one panel per k."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -589,7 +597,9 @@ def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
         if any(drawn):
             fig.suptitle(f"{title}: {LABELS.get(metric, metric)} on {dataset}")
             fig.tight_layout()
-            path = out / f"problem_{dataset}.png"
+            plain = metric in ("relative_suboptimality", "objective")
+            path = out / (f"problem_{dataset}.png" if plain else
+                          f"problem_{dataset}_{metric}.png")
             fig.savefig(path, dpi=120)
             written.append(path)
         plt.close(fig)
@@ -657,10 +667,12 @@ def first_reach(history: Mapping[str, tuple[np.ndarray, np.ndarray]], metric: st
                 target: float, counter: str = "data_points",
                 start: float | None = None) -> float:
     """``counter`` (data points, or a counter metric such as ``wall_time_s``) at the
-    first checkpoint where ``metric <= target``, counted from a start above the
-    target (``start``: the metric at the run's ``w_0``, param
-    ``start_objective``); 0 when the start already met the target; inf if the
-    run never gets there, NaN if it did not log ``metric`` or ``counter``."""
+    first checkpoint where ``metric <= target`` after one above it, or after a
+    start above it (``start``: the metric at the run's ``w_0``, param
+    ``start_objective``); 0 when the target was met at the start (a run that
+    did not log its start: at its first checkpoint), which is no time to
+    accuracy; inf if the run never gets there, NaN if it did not log
+    ``metric`` or ``counter``."""
     if metric not in history:
         return float("nan")
     if start is not None and start <= target:
@@ -669,6 +681,8 @@ def first_reach(history: Mapping[str, tuple[np.ndarray, np.ndarray]], metric: st
     hit = np.flatnonzero(values <= target)
     if hit.size == 0:
         return float("inf")
+    if hit[0] == 0 and start is None:
+        return 0.0
     step = steps[hit[0]]
     if counter == "data_points":
         return float(step)
@@ -693,11 +707,14 @@ def _reach_cell(points: Sequence[float], seconds: Sequence[float]) -> str:
         return "not reached"
     if 2 * k <= n:
         return f"not reached ({k}/{n} seeds)"
-    if median_reach(points) == 0.0:
-        return "met at start" + ("" if k == n else f", {k}/{n} seeds")
+    at_start = int(np.count_nonzero(np.asarray(points) == 0.0))
+    if at_start == n:
+        return "met at start"
     wall = median_reach(seconds)
     cell = f"{median_reach(points):,.0f}" + (f" ({wall:.3g} s)" if np.isfinite(wall) else "")
-    return cell if k == n else f"{cell}, {k}/{n} seeds"
+    notes = ([] if k == n else [f"{k}/{n} seeds"]) + (
+        [f"{at_start}/{n} met at start"] if at_start else [])
+    return ", ".join([cell, *notes])
 
 
 def time_to_accuracy_table(grouped: dict[str, Curves]) -> str:
@@ -744,6 +761,7 @@ def profile_costs(split: dict[str, dict[str, Curves]], metric: str = "relative_s
     inf where the configuration did not reach it or did not run on the problem."""
     labels = sorted({label for part in split.values() for label in part})
     costs = np.full((len(split), len(labels)), np.inf)
+
     for i, part in enumerate(split.values()):
         for j, label in enumerate(labels):
             if label in part:
@@ -753,7 +771,9 @@ def profile_costs(split: dict[str, dict[str, Curves]], metric: str = "relative_s
                          for name, h in curves.runs.items() if metric in h]
                 cost = median_reach(reach)
                 costs[i, j] = cost if np.isfinite(cost) else np.inf
-    return labels, costs
+    # a problem some configuration solved at its start (cost 0) ranks nobody: no
+    # ratio to 0 says how much slower the others were; it is left out
+    return labels, costs[~np.any(costs == 0.0, axis=1)]
 
 
 def performance_ratios(costs: np.ndarray) -> np.ndarray:
@@ -800,7 +820,9 @@ def profile_figure(split: dict[str, dict[str, Curves]], out: Path, title: str,
     ax.set_xlim(1.0, top)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(f"tau: {X_AXES[x]} / the best configuration's on the problem")
-    ax.set_ylabel(f"fraction of the {len(split)} problems solved")
+    left_out = len(split) - costs.shape[0]
+    ax.set_ylabel(f"fraction of the {costs.shape[0]} problems solved"
+                  + (f" ({left_out} met at start, left out)" if left_out else ""))
     ax.set_title(f"{title}: performance profile, {metric} <= {target:g}", fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     many = len(labels) > 6
@@ -897,6 +919,10 @@ def write_report(grouped: dict[str, Curves], out: Path, title: str,
                      + problem_table(grouped, "normalised_suboptimality"))
         _write(out / "problems.md", text, files)
         files.extend(problem_figures(grouped, out, title, x=args.x))
+        if any("normalised_suboptimality" in h for c in grouped.values()
+               for h in c.runs.values()):
+            files.extend(problem_figures(grouped, out, title,
+                                         metric="normalised_suboptimality", x=args.x))
     elif len(problems) > 1:
         files.extend(problem_figures(grouped, out, title, metric="objective", x=args.x))
     sections = [(p, time_to_accuracy_table(part)) for p, part in problems.items()]

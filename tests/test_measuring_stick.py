@@ -290,15 +290,41 @@ def test_a_target_met_at_the_start_is_not_a_time_to_accuracy():
     # a start above the target: the first checkpoint at or below it counts
     assert report.first_reach(h, "relative_suboptimality", 0.01, start=0.5) == 20.0
     assert report.first_reach(h, "relative_suboptimality", 0.0015, start=0.5) == 60.0
-    # a run that did not log its start: its first checkpoint at or below the target
-    assert report.first_reach(h, "relative_suboptimality", 0.01) == 20.0
+    # a run that did not log its start and is within the target at its first
+    # checkpoint: no checkpoint above it came before, so no time either
+    assert report.first_reach(h, "relative_suboptimality", 0.01) == 0.0
+    assert report.first_reach(_history([0.5, 0.003]), "relative_suboptimality", 0.01) == 40.0
     curves = report.Curves()
     curves.runs = {"s0": h, "s1": _history([0.02, 0.009, 0.001])}
     curves.start = {"s0": {"relative_suboptimality": 0.004},
                     "s1": {"relative_suboptimality": 0.004}}
-    row = [line for line in report.time_to_accuracy_table({"a": curves}).splitlines()
-           if line.startswith("| a ")][0]
-    assert row.split(" | ")[2] == "met at start"
+    mixed = report.Curves()  # one seed met at start, two reach the target later
+    mixed.runs = {"s0": h, "s1": _history([0.02, 0.009]), "s2": _history([0.05, 0.02, 0.005])}
+    mixed.start = {"s0": {"relative_suboptimality": 0.004},
+                   "s1": {"relative_suboptimality": 0.3}, "s2": {"relative_suboptimality": 0.3}}
+    rows = {line.split(" | ")[0]: line.split(" | ")
+            for line in report.time_to_accuracy_table({"a": curves, "m": mixed}).splitlines()}
+    assert rows["| a"][2] == "met at start"
+    # 1 %: at start (0), at 40 and at 60 data points: median 40, and the note
+    assert rows["| m"][3] == "40 (0.4 s), 1/3 met at start"
+
+
+def test_a_problem_met_at_the_start_ranks_nobody_in_the_profile():
+    # on p1 configuration a meets the target at its start (cost 0): a ratio to 0
+    # would call b infinitely slow there; p1 is left out, p2 ranks them
+    steps = np.array([100.0, 200.0])
+    split = {}
+    for problem, (start_a, b_reach) in {"p1": (0.001, 200.0), "p2": (0.5, 100.0)}.items():
+        part = {}
+        for label, start, first in (("a", start_a, 200.0), ("b", 0.5, b_reach)):
+            c = report.Curves()
+            c.runs = {label: {"relative_suboptimality": (steps, np.where(steps >= first,
+                                                                         0.0, 1.0))}}
+            c.start = {label: {"relative_suboptimality": start}}
+            part[label] = c
+        split[problem] = part
+    labels, costs = report.profile_costs(split)
+    assert labels == ["a", "b"] and costs.tolist() == [[200.0, 100.0]]
 
 
 def test_suboptimality_curves_are_drawn_down_to_opts_resolution():
