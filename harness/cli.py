@@ -113,6 +113,10 @@ def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
     except ConfigError as err:
         print(f"minimax-bench: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # (compiling kernels can take half a minute on a first use)
+        print("minimax-bench: interrupted while preparing the run; nothing was recorded.",
+              file=sys.stderr)
+        raise SystemExit(130) from None
     bar = _progress_bar(bool(cfg.get("progress", True)), prepared.horizon)
     try:
         try:

@@ -155,17 +155,16 @@ class Loop:
         self.on_checkpoint(step, self.evaluate())
         return t0 + (time.perf_counter() - began)
 
-    def _twins(self) -> tuple[Components, np.random.Generator]:
+    def _twins(self) -> tuple[Components, np.random.Generator] | None:
         """Copies of the run's components and generator that share the data set:
         a probe plays on them before the clock starts, and the run itself is
-        left as it was. A TypeError when a component has methods replaced on
-        the instance (a test's or a profiler's wrapper would call the original)."""
+        left as it was. None when a component has methods replaced on the
+        instance (a test's or a profiler's wrapper is a closure over the run's
+        own component: the probe's round would count in the run)."""
         parts = self.parts
-        wrapped = [kind for kind in ("constraint", "model", "p_player", "w_player", "solver")
-                   if getattr(parts, kind) is not None
-                   and engines.replaced_methods(getattr(parts, kind))]
-        if wrapped:  # a wrapper on the instance is a closure over the run's own component
-            raise TypeError(f"methods replaced on the instance of {', '.join(wrapped)}")
+        if any(wrapped(getattr(parts, kind)) for kind in ("constraint", "model", "p_player",
+                                                          "w_player", "solver")):
+            return None
         keep = (parts.dataset, parts.dataset.X, parts.dataset.y)
         return copy.deepcopy(parts, {id(a): a for a in keep}), copy.deepcopy(self.rng)
 
@@ -269,14 +268,16 @@ class Game(Loop):
         before the clock starts; the seconds are added to ``compile_time``."""
         began = time.perf_counter()
         try:
-            parts, rng = self._twins()
-            twin = Game(parts, self.state.rounds + 1, rng, np.zeros(0, dtype=np.int64),
-                        engine="python")
+            twins = self._twins()
+            if twins is None:
+                return
+            twin = Game(twins[0], self.state.rounds + 1, twins[1],
+                        np.zeros(0, dtype=np.int64), engine="python")
             twin.probe = False
             twin.state = copy.deepcopy(self.state)
             twin._play_python()
-        except Exception:  # noqa: BLE001 - the run's own round reports it, or compiles then
-            return
+        except Exception as err:  # noqa: BLE001 - the run's own round reports it
+            probe_failed(err)
         self.state.compile_time += time.perf_counter() - began
 
     def _play_compiled(self, forms: engines.Forms) -> dict[str, float]:
@@ -446,6 +447,22 @@ class Game(Loop):
             )
 
 
+def wrapped(component: Any) -> bool:
+    """Whether ``component`` has methods replaced on the instance (no probe on its copy)."""
+    return component is not None and bool(engines.replaced_methods(component))
+
+
+def probe_failed(err: BaseException) -> None:
+    """Warn that the probe on copies failed: a kernel's first use, with its
+    compilation, may then fall inside the run's clock."""
+    import warnings
+
+    warnings.warn(f"minimax-bench: the kernels could not be compiled before the clock "
+                  f"started (the first round on copies of the components failed: "
+                  f"{type(err).__name__}: {err}); a first compilation may count in "
+                  "wall_time_s.", RuntimeWarning, stacklevel=3)
+
+
 def _first_bad(w: np.ndarray) -> str:
     i = int(np.flatnonzero(~np.isfinite(w))[0])
     return f"coordinate {i} is {float(w[i])!r}"
@@ -468,9 +485,9 @@ def why_no_theory_bound(pp: PPlayer, wp: WPlayer, model: Model, rounds: int) -> 
     for role, player in (("p-player", pp), ("w-player", wp)):
         if player.regret_bound(max(rounds, 1)) is None:
             return (f"the {role} '{getattr(player, 'name', type(player).__name__)}' states no "
-                    "regret bound for this run (its docstring says why)")
+                    f"regret bound for this run at round {rounds:,} (its docstring says why)")
     if theory_bound(pp, wp, rounds) is None:
-        return "the bound is not finite at this round"
+        return f"the bound is not finite at round {rounds:,}"
     return None
 
 

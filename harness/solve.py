@@ -6,7 +6,9 @@ The harness owns the loop: it hands the solver growing data-point targets
 asks for one data point, each next for up to four times as many), so a
 signal is honoured between calls; at each checkpoint (log-spaced in data
 points, as for the game) it evaluates the problem ``F`` at the solver's
-iterate, and the certified duality gap when the solver has a dual iterate.
+iterate, and the certified duality gap (``harness.dual.certified_gap``) when
+the solver has a dual iterate ``q`` or the problem is smooth and strongly
+convex (``nu > 0``, ``mu > 0``: the closed-form maximiser ``q(w)`` serves).
 """
 
 from __future__ import annotations
@@ -19,8 +21,15 @@ from typing import Any
 import numpy as np
 
 from harness.dual import certified_gap
-from harness.engine import replaced_methods
-from harness.game import _NUMERIC_ERRORS, CALL_SECONDS, GuardError, Loop, _first_bad
+from harness.game import (
+    _NUMERIC_ERRORS,
+    CALL_SECONDS,
+    GuardError,
+    Loop,
+    _first_bad,
+    probe_failed,
+    wrapped,
+)
 from harness.params import ConfigError
 
 
@@ -86,8 +95,9 @@ class SolverRun(Loop):
 
     def evaluate(self) -> dict[str, float]:
         """Metrics at the solver's iterate: ``objective`` = F(w), the counters,
-        task metrics, the certified ``dual_gap`` when the solver has a dual
-        iterate ``q``, the plugins' metrics, and the seconds they took."""
+        task metrics, the certified ``dual_gap`` (module docstring: a dual
+        iterate ``q``, or a smooth strongly convex problem), the plugins'
+        metrics, and the seconds they took."""
         start = time.perf_counter()
         parts, state = self.parts, self.state
         solver, problem, model = parts.solver, parts.problem, parts.model
@@ -162,17 +172,17 @@ def probe(solver: Any, problem: Any, budget: int, seed: int) -> float:
     the clock starts; 0 if the copy cannot be made or fails (the run itself
     then reports the failure, or compiles in its own time). A ``ConfigError``
     is raised as the run's own setup would raise it."""
+    if any(wrapped(c) for c in (solver, problem.model, problem.constraint)):
+        return 0.0  # a wrapper on the instance would call the run's own component
     began = time.perf_counter()
     try:
-        if any(replaced_methods(c) for c in (solver, problem.model, problem.constraint)):
-            return 0.0  # a wrapper on the instance would call the run's own component
         keep = {id(a): a for a in (problem.X, problem.y)}
         twin, twin_problem = copy.deepcopy((solver, problem), keep)
         twin.setup(twin_problem, budget)
         twin.advance(twin_problem, np.random.default_rng(seed), int(twin.data_points) + 1)
     except ConfigError:
         raise
-    except Exception:  # noqa: BLE001 - the run reports it in its own time
-        return 0.0
+    except Exception as err:  # noqa: BLE001 - the run reports it in its own time
+        probe_failed(err)
     return time.perf_counter() - began
 

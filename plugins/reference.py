@@ -42,6 +42,7 @@ summary shows both, with a warning when the latter is below
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -59,6 +60,8 @@ from plugins.lib import optimum
 
 #: a trivial solution within this relative distance of OPT makes a problem nearly degenerate
 NEARLY_SOLVED = 0.05
+#: OPT's interval on a smooth, strongly convex problem is at most this times |OPT| (+ 1e-15)
+MACHINE_WIDTH = 1e-13
 
 PARAMS: dict[str, Param] = {
     "exact": Param(str, default="auto", choices=("auto", "true", "false"),
@@ -116,7 +119,7 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
     X = np.asarray(X[0:n], dtype=np.float64)  # memmaps and row-sliced stores alike
     problem = parts.problem
     radius = float(problem.radius)
-    # the paper's problem (mu = nu = 0) keeps the records it always had
+    # the paper's problem (mu = nu = 0) hashes no mu, nu (its records: CACHE_FORMAT's)
     reg = {"mu": problem.mu, "nu": problem.nu} if problem.mu or problem.nu else {}
     key = optimum.cache_key(X, y, model, caps, radius, **reg)
     cache_dir = Path(conf["cache_dir"]).expanduser() if conf["cache_dir"] else default_cache_dir()
@@ -175,9 +178,18 @@ def on_run_start(context):
                                "opt_solver": found.solver})
         context.state["reference"]["trivial"] = trivial(context.parts, found.value)
         context.params.update(context.state["reference"]["trivial"])
+        problem = context.parts.problem
+        width = found.value - found.lower
+        if (optimum.smooth_and_strongly_convex(problem.mu, problem.nu)
+                and width > MACHINE_WIDTH * abs(found.value) + 1e-15):
+            note = (f"OPT's interval is {width:.2g} wide on a smooth, strongly convex problem "
+                    "(polishing did not reach machine precision): suboptimality is resolved "
+                    "to that width only")
+            warnings.warn(f"minimax-bench: {note}", RuntimeWarning, stacklevel=2)
+            context.params["opt_message"] = f"{message}; {note}"
         start_w = context.parts.start_w
-        if start_w is not None:
-            start = float(context.parts.problem.value(np.asarray(start_w, dtype=np.float64)))
+        if start_w is not None:  # read like the checkpoints' objective: its upper end
+            start = enclose_value(problem, np.asarray(start_w, dtype=np.float64))[1]
             context.state["reference"]["start"] = start
             context.params["start_objective"] = start
 
@@ -190,6 +202,13 @@ def checkpoint_metrics(context, w_bar, losses):
     # F(w)'s upper end (exactly rounded sums, harness.dual): a certified upper bound
     # on objective - OPT, never negative where the optimum's interval is tight
     objective = enclose_value(context.parts.problem, w_bar, losses)[1]
+    if objective < found.lower - 1e-12 * max(1.0, abs(found.lower)):
+        record = context.state["reference"]
+        if not record.get("warned"):
+            record["warned"] = True
+            warnings.warn(f"minimax-bench: the objective {objective!r} is below OPT's certified "
+                          f"lower end {found.lower!r}: the OPT record ({record['message']}) "
+                          "is wrong; delete it to recompute", RuntimeWarning, stacklevel=2)
     gap = max(objective - found.lower, 0.0)
     metrics = {"suboptimality": gap}
     if found.value > 0:
@@ -212,12 +231,21 @@ def summary_lines(context, status, metrics):
     record = context.state.get("reference")
     if record is not None:
         found = record["optimum"]
-        text = (f"{found.value:.15g} ({found.solver}, {record['status']}), certified to "
-                f"{found.value - found.lower:.2g}" if found is not None
+        text = (f"{found.value:.{certified_digits(found)}g} ({found.solver}, "
+                f"{record['status']}), certified to {found.value - found.lower:.2g}"
+                if found is not None
                 else f"unavailable ({record['status']}): {record['message']}")
         lines.append(("exact optimum OPT", text))
         lines.extend(trivial_lines(record.get("trivial")))
     return lines or None
+
+
+def certified_digits(found: optimum.Optimum) -> int:
+    """The significant digits of OPT that its certified interval pins down (6 to 16)."""
+    width, value = found.value - found.lower, abs(found.value)
+    if value == 0.0 or width <= 0.0:
+        return 16
+    return int(min(16, max(6, math.floor(math.log10(value / width)) + 1)))
 
 
 def trivial_lines(values: dict[str, float] | None) -> list[tuple[str, str]]:

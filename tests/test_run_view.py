@@ -16,7 +16,7 @@ import harness
 from harness import cli
 from harness.context import RunView
 from harness.game import TIMING_METRICS
-from plugins import mlflow_tracking
+from plugins import mlflow_tracking, reference
 
 REPO = Path(harness.__file__).resolve().parents[1]
 
@@ -210,10 +210,11 @@ def test_reference_lines_follow_the_core_rows(tiny_cfg, tmp_path):
     if "compiling kernels" in lines[core + 1]:  # the core's last row, on a first use
         core += 1
     params = prep.context.params
+    digits = reference.certified_digits(prep.context.state["reference"]["optimum"])
     # the reference plugin's rows come after every core row, in this order
     assert lines[core + 1:core + 4] == [
         f"  {'suboptimality (objective - OPT)':<36} at most {metrics['suboptimality']:.6g}",
-        f"  {'exact optimum OPT':<36} {params['opt']:.15g} "
+        f"  {'exact optimum OPT':<36} {params['opt']:.{digits}g} "
         f"({params['opt_solver']}, {params['opt_status']}), certified to "
         f"{params['opt'] - params['opt_lower']:.2g}",
         f"  {'trivial solution w = 0':<36} {params['trivial_objective']:.6g} "
