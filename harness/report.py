@@ -60,7 +60,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -533,7 +533,7 @@ def split_by_problem(grouped: dict[str, Curves]) -> dict[str, dict[str, Curves]]
             order[problem] = curves.where.get(label, (problem, 0))
             part = split[problem].setdefault(algorithm, Curves())
             part.runs[label] = history
-            for attr in ("opt", "trivial", "problem", "where"):
+            for attr in (f.name for f in fields(Curves) if f.name != "runs"):
                 source = getattr(curves, attr)
                 if label in source:
                     getattr(part, attr)[label] = source[label]

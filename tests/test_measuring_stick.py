@@ -352,3 +352,21 @@ def test_suboptimality_curves_are_drawn_down_to_opts_resolution():
         {"suboptimality": 1e-11, "relative_suboptimality": 2e-11,
          "normalised_suboptimality": 1e-11 / (0.5 + 1e-11)}, rel=1e-12)
     assert math.isfinite(report.resolution_of(curves, "suboptimality"))
+
+
+def test_a_report_of_several_problems_keeps_each_runs_resolution_and_start():
+    # split_by_problem hands each problem's curves everything the figures read
+    curves = report.Curves()
+    for name, problem in (("a s0", "p1"), ("a s1", "p2")):
+        curves.runs[name] = {"suboptimality": (np.array([10.0]), np.array([1e-3]))}
+        curves.problem[name] = problem
+        curves.opt[name], curves.lower[name] = 0.5, 0.5 - 1e-12
+        curves.resolution[name] = report.in_units(1e-12, 0.5, 0.5 - 1e-12, 1.0)
+        curves.start[name] = report.in_units(0.5 + 1e-12, 0.5, 0.5 - 1e-12, 1.0)
+    split = report.split_by_problem({"a": curves})
+    for problem, name in (("p1", "a s0"), ("p2", "a s1")):
+        part = split[problem]["a"]
+        assert set(part.runs) == {name}
+        assert part.resolution == {name: curves.resolution[name]}
+        assert part.start == {name: curves.start[name]}
+        assert part.lower == {name: curves.lower[name]}
