@@ -60,7 +60,7 @@ def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
                       f"{metrics.get('wall_time_s', 0.0):.3g} s"))
     compiled = metrics.get("compile_time_s", 0.0)
     if compiled >= 0.05:  # loading cached kernels takes a few hundredths of a second
-        lines.append(_row("compiling kernels (not timed above)", f"{compiled:.3g} s"))
+        lines.append(_row("kernels compiled or loaded (untimed)", f"{compiled:.3g} s"))
     lines += [_row(label, text) for label, text in plugin_lines(prepared, "FINISHED", metrics)]
     return "\n".join(lines)
 
