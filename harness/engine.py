@@ -90,7 +90,8 @@ from {w_mod} import {w_pre}_iterate as w_iterate, {w_pre}_step as w_step
 
 @njit(cache=True, error_model="numpy")
 def play(first, last, rng, X, y, a_sum, ps, ks, ms, ws, info):
-    """Rounds first..last of Algorithm 1; info = [round, phase, data points]."""
+    """Rounds first..last of Algorithm 1; info = [round, phase, data points,
+    gradients formed (rows of nonzero batch weight)]."""
     dp = info[2]
     for t in range(first, last + 1):
         info[0] = t
@@ -105,10 +106,13 @@ def play(first, last, rng, X, y, a_sum, ps, ks, ms, ws, info):
         info[1] = 3
         batch, action_rows, action = p_observe(ps, ks, rows, weights, losses)
         total = 0.0
+        formed = 0
         for i in range(batch.size):
             total += batch[i]
+            formed += batch[i] != 0.0
         if not np.isfinite(total):
             return 2, rows, batch
+        info[3] += formed
         info[1] = 4
         grad = m_grad(ms, w, X, y, rows, batch)
         info[1] = 5

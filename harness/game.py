@@ -76,6 +76,8 @@ class GameState:
 
     rounds: int = 0
     data_points: int = 0
+    #: per-row gradients formed: rows of the w-player's batch with nonzero weight
+    grad_evals: int = 0
     a_sum: np.ndarray | None = None
     inner_w: np.ndarray | None = None
     inner_lipschitz: float = 1.0
@@ -243,6 +245,7 @@ class Game(Loop):
                 raise GuardError(f"p-player '{parts.names.get('p_player')}' gave non-finite "
                                  f"batch weights at round {t}: {weights!r}.")
             step(grad_of(w, Xb, yb, weights))
+            state.grad_evals += int(np.count_nonzero(weights))
             if prop.action_rows is None:
                 action_rows, action = rows, prop.weights
             else:
@@ -295,7 +298,7 @@ class Game(Loop):
         X, y = np.ascontiguousarray(parts.dataset.X), np.ascontiguousarray(parts.dataset.y)
         args = (self.rng, X, y, state.a_sum, forms.p_player.state, forms.constraint.state,
                 forms.model.state, forms.w_player.state)
-        info = np.array([0, 0, state.data_points], dtype=np.int64)
+        info = np.array([0, 0, state.data_points, state.grad_evals], dtype=np.int64)
         pending = [int(r) for r in self.checkpoints if r > state.rounds]
         stride = max(1, self.horizon // 200)
         began = time.perf_counter()
@@ -323,7 +326,7 @@ class Game(Loop):
                 raise GuardError(f"{kind.replace('_', '-')} '{name}' failed in {call} at round "
                                  f"{int(info[0])}: {type(err).__name__}: {err}") from err
             finally:
-                state.data_points = int(info[2])
+                state.data_points, state.grad_evals = int(info[2]), int(info[3])
             forms.store()
             if code != engines.DONE:
                 self._compiled_failure(code, int(info[0]), rows, values)
@@ -394,9 +397,7 @@ class Game(Loop):
             "inner_solver_slack": inner.upper - inner.lower,
             "rounds": float(t),
             "data_points": float(state.data_points),
-            # the model forms the gradient of every row of a round's batch (weight 0
-            # or not): per-row gradients formed = rows evaluated
-            "grad_evals": float(state.data_points),
+            "grad_evals": float(state.grad_evals),
             "passes": state.data_points / X.shape[0],
             "wall_time_s": state.wall_time,
             "clipped_losses": float(model.n_clipped),

@@ -365,8 +365,8 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
         _linear_grad_blas(ms, X, rows, weights, r, g)
     else:
         for j in range(rows.size):
-            if clips and r[j] * r[j] > scale:
-                continue
+            if weights[j] == 0.0 or (clips and r[j] * r[j] > scale):
+                continue  # no gradient formed: it would enter the sum times 0
             s = 2.0 * weights[j] * r[j]
             x, gd = X[rows[j]], g[:d]  # views: the loop vectorises (2x faster)
             for c in range(d):
@@ -490,8 +490,8 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
     else:
         for j in range(R):
             label = y[rows[j]]
-            if clips and -logp[label * R + j] > scale:
-                continue
+            if weights[j] == 0.0 or (clips and -logp[label * R + j] > scale):
+                continue  # no gradient formed: it would enter the sum times 0
             x = X[rows[j]]
             for c in range(C):
                 s = prob[c * R + j]

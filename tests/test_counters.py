@@ -201,3 +201,63 @@ def test_full_batch_counters_equal_the_models_calls(method, nu, radius):
         solver.advance(problem, rng, until)
         assert (solver.data_points, solver.grad_evals) == (model.loss_rows, model.grad_rows)
     assert solver.grad_evals < solver.data_points and solver.data_points % 40 == 0
+
+
+# ---------------------------------------------------------------------------
+# the game (Algorithm 1)
+# ---------------------------------------------------------------------------
+
+
+class RowByRowMSE(LinearMSE):
+    """linear_mse whose gradient forms each row's gradient in Python, counting
+    those it forms: only the rows whose weight is not 0 (no compiled form)."""
+
+    name = "row_by_row_mse"
+
+    def compiled(self):
+        return None
+
+    def grad(self, w, X, y, weights):
+        g = np.zeros_like(w)
+        for j in np.flatnonzero(weights):
+            self.formed = getattr(self, "formed", 0) + 1  # (a probe's copy counts its own)
+            g += weights[j] * LinearMSE.grad(self, w, X[j:j + 1], y[j:j + 1], np.ones(1))
+        return g
+
+
+def _game(p_player: str, model: str, engine: str, plugins=()):
+    """The final metrics and the model of a game on boston (k = 10, 3,000 data points)."""
+    import harness
+
+    cfg = {"budget": 3000, "seed": 4, "checkpoints": 3, "tracking": {"enabled": False},
+           "state_dir": None, "reference": {"exact": "false"}, "engine": engine,
+           "constraint": {"name": "kset", "k": 10}, "p_player": {"name": p_player},
+           "w_player": {"name": "ogd"}, "model": {"name": model},
+           "dataset": {"name": "boston"}}
+    prep = harness.prepare(cfg, harness.Registry(harness.make_plugin_manager(list(plugins))))
+    return harness.play(prep), prep.parts.model
+
+
+@pytest.mark.parametrize("p_player", ["safl", "ru_sgd", "exp4mp"])
+def test_the_games_gradient_count_is_the_gradients_a_model_forms(p_player):
+    # boston, k = 10, 3,000 data points, seed 4: a model that forms only the rows
+    # of nonzero weight counts exactly the game's grad_evals; S-AFL's lambda
+    # sample (weight 0) and ru_sgd's rows below tau form none, so there
+    # grad_evals < data_points; the compiled path counts as the Python loop
+    import harness
+
+    class Plugin:
+        @harness.hookimpl
+        def register_models(self, register):
+            register(RowByRowMSE)
+
+    counted, model = _game(p_player, "row_by_row_mse", "python", [Plugin()])
+    assert counted["grad_evals"] == model.formed > 0
+    python, _ = _game(p_player, "linear_mse", "python")
+    compiled, _ = _game(p_player, "linear_mse", "auto")
+    assert python["grad_evals"] == compiled["grad_evals"] == counted["grad_evals"]
+    assert python["data_points"] == compiled["data_points"] == 3000
+    if p_player == "exp4mp":  # every drawn row has weight m_i / k > 0
+        assert python["grad_evals"] == python["data_points"]
+    else:
+        assert python["grad_evals"] < python["data_points"]
