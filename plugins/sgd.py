@@ -21,15 +21,17 @@ z/(nu n), 0, c_i)``, the maximising q; for ``nu = 0``, ``phi_i(z) = c_i max(z,
 an average of n jointly convex terms (convex nondecreasing ``phi_i`` of a
 convex loss minus ``tau``), so plain SGD on ``(w, tau)`` is unbiased.
 
-**The schedule** (``SGD``'s docstring): SGD's step sizes and averaging as its
-theory gives them for the problem at hand, the constants taken from the
-problem (its ball, the rows' smoothness and gradient bound, the caps), so
-that the default is not a step sized for another method: ``D / (G
-sqrt(t))`` on the paper's nonsmooth problem in a ball (Zinkevich 2003,
-Theorem 1; Bubeck 2015, Theorem 6.1), the smooth step then ``1 / sqrt(t)``
-where ``G`` is smooth or unbounded (Bubeck 2015, Theorem 6.3), both with
-the uniform average; ``2 / (mu (t + a))`` with the weighted average for a
-known strong convexity (Bubeck 2015, Theorem 6.2) on request.
+**The schedule** (``SGD``'s docstring): on the paper's nonsmooth problem in
+a ball, the step and average of SGD's theory, ``D / (G sqrt(t))`` with the
+uniform average (Zinkevich 2003, Theorem 1; Bubeck 2015, Theorem 6.1), the
+constants taken from the problem (its ball, the rows' gradient bound, the
+caps). Elsewhere a heuristic shape motivated by Bubeck (2015), Theorem 6.3:
+for about one pass the row solvers' default constant step ``1 / (n max_i
+c_i L + mu)`` (``plugins.lib.spectral.default_step``, Prospect's and
+LSVRG's default step, not a smoothness constant of ``G``), then a ``1 /
+sqrt(t)`` decay, with the uniform average. ``2 / (mu (t + a))`` with the
+weighted average for a known strong convexity (Bubeck 2015, Theorem 6.2) on
+request.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ SCHEDULES = {"constant": CONSTANT, "inverse": INVERSE, "sqrt": SQRT}
 
 class SGD(RowSolver):
     """Mini-batch SGD on ``G(w, tau)`` (module docstring) with the step schedule
-    of its theory and the average that theory bounds.
+    and average of its theory where one applies (``nu = 0`` in a ball), a
+    heuristic schedule shaped after it elsewhere.
 
     Per step t = 1, 2, ...: b rows drawn uniformly *with* replacement
     (``Generator.integers(0, n)``, b independent draws); for each, ``z_i =
@@ -84,9 +87,10 @@ class SGD(RowSolver):
     * ``sqrt`` (the default): ``f_t = sqrt(t0 / (t0 + t - 1))`` and the
       uniform average.
 
-      - ``nu = 0`` in a ball (the paper's problem: ``G`` nonsmooth on a
-        bounded domain): ``t0 = 1``, i.e. ``eta_t = D_w / (G_w sqrt(t))`` and
-        ``theta_t = D_tau / (G_tau sqrt(t))``: per block the diameter over
+      - ``nu = 0`` in a ball, with the model's loss bound ``U`` and gradient
+        bound ``G`` over it finite (the paper's problem: ``G(w, tau)``
+        nonsmooth on a bounded domain): ``t0 = 1``, i.e. ``eta_t = D_w /
+        (G_w sqrt(t))`` and ``theta_t = D_tau / (G_tau sqrt(t))``: per block the diameter over
         the bound on the stochastic gradient, ``D_w = 2B``, ``G_w = n max_i
         c_i G + mu B`` (``s_i <= n max_i c_i``, ``G`` the rows' gradient
         bound over the ball, ``model.grad_bound``), ``D_tau = tau_hi -
@@ -101,28 +105,42 @@ class SGD(RowSolver):
         and Complexity", Theorem 6.1, which has the constant step ``R / (B
         sqrt(T))`` for a known horizon). The bounds are worst cases over the
         ball, so the tuned step is larger (on Boston at k = 20, 9 times).
-      - otherwise (``nu > 0``: the terms are smooth; or no ball: no bound
-        ``G``): ``lr = tau_lr = 1 / (n max_i c_i L + mu)``
-        (``plugins.lib.spectral.default_step``, the default of Prospect and
-        LSVRG: each term's w-gradient ``s_i grad L_i`` carries a weight
-        ``s_i <= n max_i c_i`` on an L-smooth loss, so ``n max_i c_i L + mu``
-        bounds its smoothness apart from the curvature ``||grad L_i||^2 /
-        nu`` of the smoothed max, which the squared error leaves unbounded)
-        and ``t0 = n / b``: the smooth step for about one pass, then ``lr
-        sqrt(t0 / t)``. That is the shape of the step of Bubeck (2015),
-        Theorem 6.3 (f convex and beta-smooth, gradient noise of variance
-        ``sigma^2``: the steps ``1 / (beta + sigma sqrt(t/2) / R)`` and the
-        average give ``E f - f* <= R sigma sqrt(2/t) + beta R^2 / t``): the
-        smooth step while the noise term is small, then ``R sqrt(2) /
-        (sigma sqrt(t))``. Where the two meet, ``2 (beta R / sigma)^2``
-        steps, needs the distance ``R`` to the optimum and the noise, which
-        are not known before the run; the default puts it at one pass. The
-        steps do not use mu: averaged SGD with steps proportional to ``1 /
-        sqrt(t)`` adapts to a strong convexity it is not told (Bach and
-        Moulines 2011, "Non-asymptotic analysis of stochastic approximation
-        algorithms for machine learning": the averaged iterates reach the
-        ``1 / (mu t)`` rate), which matters on Prospect's problem, whose
-        modulus ``mu = 1/n`` is far below the data's curvature.
+      - otherwise: ``nu > 0``, or ``nu = 0`` without the constants above,
+        i.e. without a finite range ``[tau_lo, tau_hi]`` (no ball, or a
+        model whose loss bound ``U`` over the ball is infinite; a model may
+        have a finite ``G`` and no such bound, as ``logistic_cel`` without a
+        ball) or without a finite ``G``. A heuristic: ``lr = tau_lr = 1 /
+        (n max_i c_i L + mu)``, the row solvers' default constant step
+        (``plugins.lib.spectral.default_step``, Prospect's and LSVRG's
+        default), for about the first pass, ``t0 = n / b``, then ``lr
+        sqrt(t0 / (t0 + t - 1))``. That step is not ``1 / beta`` for a
+        smoothness ``beta`` of ``G(w, tau)``: each term's w-gradient ``s_i grad
+        L_i`` carries a weight ``s_i <= n max_i c_i`` on an L-smooth loss,
+        so ``n max_i c_i L + mu`` bounds that part of the curvature, but
+        the smoothed max adds ``||grad L_i||^2 / nu``, which the squared
+        error leaves unbounded (and with ``nu = 0`` ``G(w, tau)`` is not
+        differentiable). The shape is motivated by Bubeck (2015), Theorem
+        6.3 (f convex and beta-smooth, gradient noise of variance
+        ``sigma^2``, a horizon t known in advance: the constant step ``1 /
+        (beta + sigma sqrt(t/2) / R)`` and the average give ``E f - f* <= R
+        sigma sqrt(2/t) + beta R^2 / t``): a smooth step while the noise
+        term is small, then one of order ``R / (sigma sqrt(t))``. The
+        theorem's step is constant for its horizon, not a schedule in t,
+        and where its two regimes meet, ``2 (beta R / sigma)^2`` steps,
+        needs ``R``, ``sigma`` and ``beta``, none known before the run:
+        the switch at one pass is a choice. With ``nu = 0`` (e.g. ``mu >
+        0`` and no ball) ``G(w, tau)`` is nonsmooth and no theorem covers
+        this branch. The steps do not use mu; the motivation is that averaged
+        SGD with steps proportional to ``1 / sqrt(t)`` adapts to a strong
+        convexity it is not told (Bach and Moulines 2011, "Non-asymptotic
+        analysis of stochastic approximation algorithms for machine
+        learning": the averaged iterates reach the ``1 / (mu t)`` rate for
+        a strongly convex function with Lipschitz gradients), which would
+        matter on Prospect's problem, whose modulus ``mu = 1/n`` is far
+        below the data's curvature. It is not a guarantee here: ``G(w,
+        tau)`` is flat in tau where every row is clipped (``s_i`` at 0 or
+        ``n c_i``), and its gradient is not Lipschitz (the curvature above;
+        with ``nu = 0`` it has no gradient).
 
     * ``inverse`` (mu > 0): ``f_t = t0 / (t0 + t - 1)`` with ``t0 = 2 / (mu
       lr_default)``, i.e. ``eta_t = 2 / (mu (t + a))`` with ``a = t0 - 1``,
@@ -141,7 +159,10 @@ class SGD(RowSolver):
       (``plugins.lib.row_solver``: ``1 / (n max_i c_i L + mu)``, with ``nu =
       0`` in a ball at most ``B / (n max_i c_i G sqrt(T))``), ``tau_lr =
       lr``: the DRO papers' SGD, which they tune; it only reaches a
-      neighbourhood of the optimum of size O(lr).
+      neighbourhood of the optimum of size O(lr). ``T = budget // b``, the
+      steps of the budget when every draw costs a data point; a step that
+      draws a row twice costs fewer than b (counters below), so with b > 1
+      a run takes somewhat more than T steps at that step.
 
     ``lr_scale`` multiplies every step of w's schedule (the default ``lr``;
     the schedule's shape, ``t0``, stays), ``tau_lr_scale`` every step of
@@ -177,7 +198,8 @@ class SGD(RowSolver):
         "tau_lr_scale": scale_param("tau_lr"),
         "schedule": Param(str, default="sqrt", choices=("sqrt", "inverse", "constant"),
                           doc="sqrt: lr sqrt(t0 / (t0 + t)) (nu = 0 in a ball: lr = D / G, "
-                              "t0 = 1; else the smooth step for about a pass, t0 = n); "
+                              "t0 = 1; else the row solvers' default step for about a pass, "
+                              "t0 = n / batch); "
                               "inverse: 2 / (mu (t + a)) (mu > 0); constant: lr"),
         "batch": Param(int, default=1, low=1, doc="rows per step b, drawn with replacement"),
         "average": Param(bool, default=True,
