@@ -79,10 +79,15 @@ class Prospect(RowSolver):
     step and the tables only times 0, so its gradient is not formed: the
     step evaluates its loss (for the loss table) and uses ``g = 0``, and the
     initial tables form the gradients of the rows with ``rho_j != 0`` only
-    (``G_j = 0`` for the others, read only times ``rho_j``). The first step,
-    at ``w_0``, reads its row from the tables (``v = gbar``). The iterates
-    are those of evaluating and forming everything, up to the sign of a
-    zero.
+    (``G_j = 0`` for the others, read only times ``rho_j``): skipping those
+    gradients changes the iterates by the sign of a zero at most. The first
+    step, at ``w_0``, reads its row from the tables (``v = gbar``, the
+    tables unchanged): the full step would weigh the row by ``lambda_i =
+    br_weight(br, i)`` where the tables hold ``rho_i`` from
+    ``BestResponse.q()``, the same projection through another threshold
+    search, and the two differ by rounding (of order 1e-17 or less),
+    so the skipped step differs from the full one by ``n (lambda_i - rho_i)
+    G_i``, which is negligible.
 
     Counters (``docs/tracking.md``, Counters): the initialisation evaluates
     every row's loss at ``w_0`` (n data points) and forms ``|{j: rho_j !=
@@ -161,7 +166,7 @@ def prospect_steps(spec, X, y, w, losses, grads, rho, gbar, br, lr, mu, radius,
     while counts[0] < until:
         i = rng.integers(0, n)
         lam = br_weight(br, i)
-        if counts[2] == 0:  # w = w_0: the tables hold row i there (v = gbar, no change)
+        if counts[2] == 0:  # w = w_0: the tables hold row i there (v = gbar to rounding)
             for j in range(p):
                 w[j] = (w[j] - lr * gbar[j]) * shrink
             project_ball_inplace(w, radius)
