@@ -819,10 +819,34 @@ def _untimed(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k not in TIMING_METRICS}
 
 
+class _Checkpoints:
+    """An ``on_checkpoint`` hook keeping the counters of every checkpoint of a run."""
+
+    def __init__(self) -> None:
+        self.counters: list[tuple[float, float]] = []
+
+    @harness.hookimpl
+    def on_checkpoint(self, context, step, metrics):
+        self.counters.append((metrics["data_points"], metrics["grad_evals"]))
+
+
 @pytest.mark.parametrize(("name", "problem"), _solver_cases())
 def test_solver_reports_its_iterate_and_counters(name, problem):
     prep = _solver_run(name, problem)
-    metrics = harness.play(prep)
+    seen = _Checkpoints()
+    prep.registry.pm.register(seen)
+    try:
+        metrics = harness.play(prep)
+    finally:
+        prep.registry.pm.unregister(seen)
+    assert seen.counters, f"solver '{name}': the run logged no checkpoint"
+    for data_points, grad_evals in seen.counters:
+        assert grad_evals <= data_points, (
+            f"solver '{name}': grad_evals = {grad_evals:g} exceeds data_points = "
+            f"{data_points:g} at a checkpoint; a row's gradient is formed only where its "
+            "row is evaluated, so count in grad_evals the per-row gradients actually formed "
+            "(none for a row of weight 0: value_and_grad forms np.count_nonzero(q)), "
+            "docs/tracking.md, Counters")
     solver, F = prep.parts.solver, prep.parts.problem
     w = np.asarray(solver.w, dtype=np.float64)
     assert w.shape == (F.n_params,), (

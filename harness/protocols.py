@@ -216,6 +216,11 @@ class Solver(Protocol):
     saves the solver, tables included, by pickling it (so a killed run
     resumes with identical numbers: keep every value in attributes, draw
     every random number from the ``rng`` handed in).
+
+    Counters (``docs/tracking.md#counters``): ``data_points`` counts row
+    evaluations, once per row per point per step; ``grad_evals`` the per-row
+    gradients formed, none for a row of weight 0, so ``grad_evals <=
+    data_points`` (the contract suite checks it at every checkpoint).
     """
 
     name: ClassVar[str]

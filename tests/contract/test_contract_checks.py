@@ -106,8 +106,34 @@ class Overdraw(Follower):
         return Proposal(self.rows, np.full(self.rows.size, 1.0 / self.rows.size))
 
 
+class Overcounter:
+    """Projected gradient descent on F in full passes that counts n + 1
+    gradients a pass (as if ``mu w`` were one more row's), more than the n rows
+    it evaluates; ``value_and_grad`` forms only those of the rows with ``q_i !=
+    0``."""
+
+    name: ClassVar[str] = "contract_overcounter"
+    params: ClassVar[dict[str, Param]] = {}
+
+    def setup(self, problem, budget):
+        self.w = np.zeros(problem.n_params)
+        self.data_points = self.grad_evals = 0
+        return {}
+
+    def advance(self, problem, rng, until):
+        while self.data_points < until:
+            _, grad, _ = problem.value_and_grad(self.w)
+            self.w = problem.project(self.w - 0.1 * grad)
+            self.data_points += problem.n
+            self.grad_evals += problem.n + 1
+
+
 class Plugin:
     run = None
+
+    @harness.hookimpl
+    def register_solvers(self, register):
+        register(Overcounter)
 
     @harness.hookimpl
     def register_constraint_sets(self, register):
@@ -224,3 +250,12 @@ def test_a_data_set_with_features_outside_the_unit_interval_fails_its_check():
         contract._check_dataset("contract_data", data, "as built")
     data.X[7, 1] = 0.5
     contract._check_dataset("contract_data", data, "as built")
+
+
+# ---------------------------------------------------------------- solvers
+
+
+def test_a_solver_counting_more_gradients_than_data_points_fails(with_broken_plugins):
+    with pytest.raises(AssertionError, match=r"'contract_overcounter': grad_evals = 25 exceeds "
+                                             r"data_points = 24 at a checkpoint"):
+        contract.test_solver_reports_its_iterate_and_counters("contract_overcounter", "paper")
