@@ -51,6 +51,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from harness.state import cache_root
+
 
 class Compiled(NamedTuple):
     """A component's compiled form (see the module docstring).
@@ -136,11 +138,8 @@ def cache_dir() -> Path:
     (``~/.cache/...``); a temporary folder if that cannot be written."""
     try:
         root = os.environ.get("MINIMAX_BENCH_CACHE_DIR")
-        if root:
-            folder = Path(root)
-        else:  # Path.home() raises RuntimeError without HOME and a passwd entry
-            base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-            folder = Path(base) / "minimax-bench" / "engine"
+        # (Path.home() raises RuntimeError without HOME and a passwd entry)
+        folder = Path(root) if root else cache_root() / "engine"
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder):  # writable, whoever else probes
             pass

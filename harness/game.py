@@ -18,7 +18,7 @@ from harness.protocols import ConstraintSet, Dataset, Model, PPlayer, WPlayer
 
 #: errors of a p-player's arithmetic (a NaN reaching a sampler, an overflow)
 #: that the game reports as a ``GuardError`` naming the player and the round
-_NUMERIC_ERRORS = (ValueError, ArithmeticError)
+NUMERIC_ERRORS = (ValueError, ArithmeticError)
 
 #: metrics that measure time, not the game: they differ between runs of one seed
 TIMING_METRICS = ("wall_time_s", "checkpoint_time_s", "checkpoint_time_total_s",
@@ -225,7 +225,7 @@ class Game(Loop):
                 prop = propose(rng)
             except ConfigError:
                 raise
-            except _NUMERIC_ERRORS as err:
+            except NUMERIC_ERRORS as err:
                 raise self._failed("propose", t, err) from err
             rows = prop.rows
             Xb, yb = X[rows], y[rows]
@@ -237,7 +237,7 @@ class Game(Loop):
                 weights = observe(losses)
             except ConfigError:
                 raise
-            except _NUMERIC_ERRORS as err:
+            except NUMERIC_ERRORS as err:
                 raise self._failed("observe", t, err) from err
             if weights is None:
                 weights = prop.weights
@@ -319,7 +319,7 @@ class Game(Loop):
                 code, rows, values = play(first, last, *args, info)
             except ConfigError:
                 raise
-            except _NUMERIC_ERRORS as err:
+            except NUMERIC_ERRORS as err:
                 forms.store()
                 kind, call = engines.PHASES.get(int(info[1]), ("p_player", "a round"))
                 name = self.parts.names.get(kind)
@@ -426,7 +426,7 @@ class Game(Loop):
         names = self.parts.names
         if not np.all(np.isfinite(w)):
             raise GuardError(f"w-player '{names.get('w_player')}' produced a non-finite "
-                             f"iterate before round {t}: {_first_bad(w)}.")
+                             f"iterate before round {t}: {first_bad(w)}.")
         bad = int(np.flatnonzero(~((losses >= 0.0) & (losses <= 1.0)))[0])
         raise GuardError(
             f"model '{names.get('model')}' gave loss {float(losses[bad])!r} for row "
@@ -439,7 +439,7 @@ class Game(Loop):
         if not np.all(np.isfinite(w_bar)):
             raise GuardError(f"w-player '{names.get('w_player')}' produced a non-finite "
                              f"average iterate at round {self.state.rounds}: "
-                             f"{_first_bad(w_bar)}.")
+                             f"{first_bad(w_bar)}.")
         if not self.parts.constraint.contains(p, atol=1e-8):
             raise GuardError(
                 f"p-player '{names.get('p_player')}' has p_t outside the constraint set "
@@ -464,7 +464,7 @@ def probe_failed(err: BaseException) -> None:
                   "wall_time_s.", RuntimeWarning, stacklevel=3)
 
 
-def _first_bad(w: np.ndarray) -> str:
+def first_bad(w: np.ndarray) -> str:
     i = int(np.flatnonzero(~np.isfinite(w))[0])
     return f"coordinate {i} is {float(w[i])!r}"
 

@@ -22,11 +22,11 @@ import numpy as np
 
 from harness.dual import certified_gap
 from harness.game import (
-    _NUMERIC_ERRORS,
     CALL_SECONDS,
+    NUMERIC_ERRORS,
     GuardError,
     Loop,
-    _first_bad,
+    first_bad,
     probe_failed,
     wrapped,
 )
@@ -68,7 +68,7 @@ class SolverRun(Loop):
                     solver.advance(problem, self.rng, target)
                 except (ConfigError, KeyboardInterrupt):
                     raise
-                except _NUMERIC_ERRORS as err:
+                except NUMERIC_ERRORS as err:
                     raise GuardError(f"solver '{parts.names.get('solver')}' failed at "
                                      f"{int(solver.data_points):,} data points: "
                                      f"{type(err).__name__}: {err}") from err
@@ -107,7 +107,7 @@ class SolverRun(Loop):
         if w.shape != (model.n_params,) or not np.all(np.isfinite(w)):
             raise GuardError(f"solver '{name}' produced a non-finite or misshapen iterate at "
                              f"{state.data_points:,} data points: " + (
-                                 _first_bad(w) if w.shape == (model.n_params,)
+                                 first_bad(w) if w.shape == (model.n_params,)
                                  else f"shape {w.shape}, expected ({model.n_params},)"))
         if not math.isinf(problem.radius) and float(w @ w) > problem.radius**2 * (1 + 1e-9):
             raise GuardError(f"solver '{name}' left the ball of radius {problem.radius!r} at "

@@ -29,6 +29,14 @@ from typing import Any
 FORMAT = 5
 
 
+def cache_root() -> Path:
+    """The folder of everything minimax-bench caches (exact optima, compiled
+    drivers under ``engine/``, synthetic data under ``synthetic/``):
+    ``$XDG_CACHE_HOME/minimax-bench``, else ``~/.cache/minimax-bench``."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "minimax-bench"
+
+
 def key(params: dict[str, Any]) -> str:
     text = json.dumps(params, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:20]

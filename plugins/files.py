@@ -29,6 +29,7 @@ import numpy as np
 
 import harness
 from harness import ConfigError, Param
+from harness.state import cache_root
 from harness.stream import chunk_rows, row_slices
 
 _TASKS = ("classification", "regression")
@@ -297,8 +298,7 @@ def _temporary_folder() -> Path:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "minimax-bench" / "synthetic"
+    return cache_root() / "synthetic"
 
 
 def write_synthetic(folder: Path, n: int, d: int, hard: float, seed: int, task: str) -> Path:

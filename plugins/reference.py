@@ -43,7 +43,6 @@ summary shows both, with a warning when the latter is below
 from __future__ import annotations
 
 import math
-import os
 import time
 import warnings
 from pathlib import Path
@@ -56,6 +55,7 @@ from harness import ConfigError, Param
 from harness.context import RunView
 from harness.dual import enclose_value
 from harness.params import validate
+from harness.state import cache_root
 from plugins.lib import optimum
 
 #: a trivial solution within this relative distance of OPT makes a problem nearly degenerate
@@ -93,8 +93,7 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "minimax-bench"
+    return cache_root()
 
 
 def _cvxpy_installed() -> bool:
