@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -94,3 +95,23 @@ def run_cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         return run_harness_cli(*overrides, cwd=cwd or tmp_path)
 
     return run
+
+
+def prospect_instance(n: int, d: int, seed: int, k: int | None = None, mu: float = 0.0,
+                      nu: float = 0.0, radius: float = math.inf):
+    """Prospect's problem on random data (seeded): squared loss / 2 (``loss_scale
+    = 2``), no bias, the k-set (default k = n/2)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from harness.problem import Problem
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + rng.normal(size=n)
+    model = harness.build("model", "linear_mse", bias=False, loss_scale=2.0)
+    model.setup(SimpleNamespace(X=X, y=y, n_classes=0), 1.0)
+    K = harness.build("constraint_set", "kset", n=n, k=k or n // 2)
+    return Problem(X, y, model, K, mu, nu, radius)
+

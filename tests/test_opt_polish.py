@@ -25,6 +25,8 @@ from harness.dual import certified_gap, dual_lower_bound, enclose_value
 from harness.gap import polish_strongly_convex, project_ball
 from harness.problem import Problem
 
+from conftest import prospect_instance
+
 optimum = pytest.importorskip("plugins.lib.optimum")
 pytest.importorskip("cvxpy")
 
@@ -39,15 +41,8 @@ def _claim(opt) -> float:
 
 def _synthetic(n: int, d: int, seed: int, *, k: int | None = None, mu: float | None = None,
                nu: float = 1.0, radius: float = math.inf) -> Problem:
-    """Prospect's problem on random data: squared loss / 2 (loss scale 2), no bias,
-    the k-set with k = n/2 by default, mu = 1/n by default."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = X @ rng.normal(size=d) + rng.normal(size=n)
-    model = harness.build("model", "linear_mse", bias=False, loss_scale=2.0)
-    model.setup(SimpleNamespace(X=X, y=y, n_classes=0), 1.0)
-    K = harness.build("constraint_set", "kset", n=n, k=k or n // 2)
-    return Problem(X, y, model, K, 1.0 / n if mu is None else mu, nu, radius)
+    """Prospect's problem on random data, mu = 1/n by default (``prospect_instance``)."""
+    return prospect_instance(n, d, seed, k, 1.0 / n if mu is None else mu, nu, radius)
 
 
 def _prospect(dataset: str) -> Problem:

@@ -21,18 +21,9 @@ from harness.gap import certified_dual, certified_min, project_ball, strongly_co
 from harness.problem import Problem
 from plugins.full_batch import FullBatch
 
+from conftest import prospect_instance
 
-def _instance(n: int, d: int, seed: int, k: int | None = None, mu: float = 0.0,
-              nu: float = 0.0, radius: float = math.inf) -> Problem:
-    """Prospect's problem on random data: squared loss / 2 (``loss_scale = 2``), no
-    bias, the k-set (default k = n/2)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = X @ rng.normal(size=d) + rng.normal(size=n)
-    model = harness.build("model", "linear_mse", bias=False, loss_scale=2.0)
-    model.setup(SimpleNamespace(X=X, y=y, n_classes=0), 1.0)
-    K = harness.build("constraint_set", "kset", n=n, k=k or n // 2)
-    return Problem(X, y, model, K, mu, nu, radius)
+_instance = prospect_instance
 
 
 def _phi_by_max(z: float, cap: float, nu: float, n: int) -> float:

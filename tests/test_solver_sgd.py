@@ -11,6 +11,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+from counting_kernels import counting_problem
 from scipy import optimize
 
 import harness
@@ -20,26 +21,11 @@ from plugins.lib.spectral import row_data
 from plugins.sgd import SGD, ru_phi, ru_weight, sgd_row_grad
 
 
-class _Rows:
-    def __init__(self, X, y):
-        self.X, self.y, self.n_classes = X, y, int(y.max()) + 1 if y.dtype.kind == "i" else 0
-
-
 def yacht_problem(nu: float = 1.0, radius: float = math.inf, model: str = "linear_mse",
                   k: int = 20) -> Problem:
     """Yacht (standardised) rows 0..39, k-set with k = 20, mu = 1/n, linear_mse
     without bias and loss_scale 2 (logistic_cel: target above its median)."""
-    data = harness.build("dataset", "yacht", scale="standard")
-    n = 40
-    sub = _Rows(np.asarray(data.X[:n], dtype=np.float64), np.asarray(data.y[:n]))
-    if model == "linear_mse":
-        m = harness.build("model", "linear_mse", bias=False, loss_scale=2.0)
-    else:
-        sub = _Rows(sub.X, (sub.y > np.median(sub.y)).astype(np.int64))
-        m = harness.build("model", "logistic_cel", loss_scale=1.0)
-    m.setup(sub, radius)
-    K = harness.build("constraint_set", "kset", n=n, k=k)
-    return Problem(sub.X, sub.y, m, K, mu=1.0 / n, nu=nu, radius=radius)
+    return counting_problem(model, nu, radius, k)
 
 
 def f_star(problem: Problem) -> float:
