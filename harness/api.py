@@ -139,7 +139,7 @@ def check_unit_features(name: str, dataset: Any, model_name: str, model: Any) ->
     (a class attribute ``needs_unit_features = True``), in one streamed pass.
 
     The built-in models need no such check: their bounds read the largest row
-    norm of the data itself (``plugins.models``)."""
+    norm of the data itself (``plugins.models.glm``)."""
     if not getattr(model, "needs_unit_features", False):
         return
     where = stream.first_outside_unit(dataset.X)

@@ -16,7 +16,7 @@ import sys
 
 #: ``module:function`` of each built-in start-up function, called with the
 #: command's arguments; it must import nothing heavy
-PRESTART = ("plugins.mlflow_worker:prestart",)
+PRESTART = ("plugins.tracking.mlflow_worker:prestart",)
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ convex ``h`` by Newton's method (Hessian-vector products by gradient
 differences) until ``||grad h||`` reaches its rounding floor, where the
 strong-convexity bound closes on ``h(w)`` (over an active ball: Lagrangian
 duality with the ball's multiplier). ``harness.dual`` applies it to the dual
-function of ``harness.problem`` and ``plugins.lib.optimum`` to ``F`` itself.
+function of ``harness.problem`` and ``plugins.metrics.optimum`` to ``F`` itself.
 """
 
 from __future__ import annotations

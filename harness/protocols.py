@@ -285,7 +285,7 @@ class Model(Protocol):
 
     # Optional: ``cvx_raw_losses(w, X, y)``, the raw losses as a cvxpy
     # expression of the flat parameter variable ``w`` (same layout as the numpy
-    # ``w``); with it the exact optimum OPT can be computed (plugins.lib.optimum).
+    # ``w``); with it the exact optimum OPT can be computed (plugins.metrics.optimum).
 
 
 @runtime_checkable
@@ -310,7 +310,7 @@ class Dataset(Protocol):
 
     ``X`` may be larger than memory: a ``numpy.memmap``, or any object with
     ``shape``, ``ndim`` and ``dtype`` whose ``X[rows]`` (an index array) and
-    ``X[a:b]`` return arrays (``plugins.files``). The game reads the rows a
+    ``X[a:b]`` return arrays (``plugins.data.files``). The game reads the rows a
     player asks for and, at checkpoints, row chunks (``harness.stream``)."""
 
     name: ClassVar[str]

@@ -20,7 +20,7 @@ split by problem (data set, preparation, k, mu/nu). It writes
   objective's figure draws the exact optimum (param ``opt``, where the runs
   computed it) as a dashed horizontal line, ``suboptimality.png``,
   ``relative_suboptimality.png`` and ``normalised_suboptimality.png`` plot
-  the certified ``objective - OPT`` (``plugins.reference``) and its ratios,
+  the certified ``objective - OPT`` (``plugins.metrics.reference``) and its ratios,
   down to OPT's resolution (its certified interval's width, a dash-dotted
   line; a value below it is drawn at it and a triangle marks where a
   configuration reached it); the first three draw the trivial solution ``w = 0`` (params
@@ -125,7 +125,7 @@ class Curves:
 #: settings: they measure the run, they do not change it); ``*`` is a wildcard.
 #: Run ids, start and wall times and the version are tags and metrics, never params.
 NOT_CONFIGURATION = ("seed", "opt", "opt_*", "trivial_*", "start_objective", "reference.*")
-#: the tag of a sweep's parent run (``plugins/mlflow_tracking.py``, ``SweepCallback``)
+#: the tag of a sweep's parent run (``plugins/tracking/mlflow_tracking.py``, ``SweepCallback``)
 SWEEP_TAG = "minimax_bench_sweep"
 PARENT_TAG = "mlflow.parentRunId"
 
@@ -330,7 +330,7 @@ SUBOPTIMALITY = ("suboptimality", "relative_suboptimality", "normalised_suboptim
 
 def in_units(value: float, opt: float, lower: float, start: float | None) -> dict[str, float]:
     """A distance ``value`` above ``opt_lower`` in each suboptimality metric's units
-    (``plugins.reference``): itself, over ``opt``, over ``start - opt_lower``."""
+    (``plugins.metrics.reference``): itself, over ``opt``, over ``start - opt_lower``."""
     out = {"suboptimality": value}
     if opt > 0:
         out["relative_suboptimality"] = value / opt

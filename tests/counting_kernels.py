@@ -2,7 +2,7 @@
 ``lsvrg``, ``sgd``), for ``test_counters``.
 
 The solvers' kernels evaluate the model only through three row kernels of
-``plugins.lib.spectral``: ``row_loss`` (one row's loss at a point: a data
+``plugins.solvers.spectral``: ``row_loss`` (one row's loss at a point: a data
 point), ``row_grad`` (that row's gradient at the same point, from what its
 evaluation left in the scratch ``z``: a gradient formed) and
 ``row_loss_grad`` (both). Compiled, the solvers' kernels call them directly;
@@ -72,9 +72,9 @@ def counting_problem(model: str, nu: float, radius: float, k: int, n: int = 40) 
 
 
 def make_solver(name: str, batch: int):
-    from plugins.lsvrg import LSVRG
-    from plugins.prospect import Prospect
-    from plugins.sgd import SGD
+    from plugins.solvers.lsvrg import LSVRG
+    from plugins.solvers.prospect import Prospect
+    from plugins.solvers.sgd import SGD
 
     return {"prospect": Prospect, "lsvrg": LSVRG}[name]() if name != "sgd" else SGD(batch=batch)
 
@@ -109,10 +109,10 @@ class Tally:
 
 def instrument(tally: Tally) -> None:
     """Wrap the row kernels where the solvers' kernels look them up."""
-    import plugins.lsvrg
-    import plugins.prospect
-    import plugins.sgd
-    from plugins.lib import spectral
+    import plugins.solvers.lsvrg
+    import plugins.solvers.prospect
+    import plugins.solvers.sgd
+    from plugins.solvers import spectral
 
     loss, grad, both = spectral.row_loss, spectral.row_grad, spectral.row_loss_grad
 
@@ -129,7 +129,7 @@ def instrument(tally: Tally) -> None:
         tally.grad(i, z)
         return both(spec, X, y, i, w, g, z)
 
-    for module in (plugins.prospect, plugins.lsvrg, plugins.sgd):
+    for module in (plugins.solvers.prospect, plugins.solvers.lsvrg, plugins.solvers.sgd):
         for name, wrapper in (("row_loss", row_loss), ("row_grad", row_grad),
                               ("row_loss_grad", row_loss_grad)):
             if hasattr(module, name):

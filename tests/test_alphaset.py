@@ -1,4 +1,4 @@
-"""The alpha-set K_alpha (plugins/alphaset.py): per-row-cap KL projection,
+"""The alpha-set K_alpha (plugins/sets/alphaset.py): per-row-cap KL projection,
 linear maximisation oracle, multiset sampler, Euclidean projection, caps from
 the config, equality with the k-set under uniform caps, and the p-players and
 per-group metrics on it.
@@ -20,14 +20,14 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 import harness
-from plugins.alphaset import AlphaSet, check_caps
-from plugins.kset import KSet
 from plugins.lib.capped import (
     alpha_kl_projection,
     capped_simplex_euclidean,
     multiset_round,
     multiset_round_core,
 )
+from plugins.sets.alphaset import AlphaSet, check_caps
+from plugins.sets.kset import KSet
 
 from conftest import game_cfg
 from reference_solvers import (

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 import harness
 from harness.game import TIMING_METRICS, checkpoint_rounds
-from plugins.exp4mp import Exp4MP
+from plugins.p_players.exp4mp import Exp4MP
 
 CHECKPOINT_METRICS = ("dual_gap", "objective", "accuracy", "max_loss", "theory_bound",
                       "rounds", "wall_time_s")

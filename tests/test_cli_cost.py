@@ -82,7 +82,7 @@ def test_importing_the_cli_and_the_plugins_loads_no_heavy_package(tmp_path):
         import harness, harness.cli
         from harness.registry import default_registry
         default_registry()
-        import plugins.mlflow_tracking, plugins.reference
+        import plugins.tracking.mlflow_tracking, plugins.metrics.reference
         print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))
     """, tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -94,7 +94,7 @@ def test_a_dead_tracking_server_stops_the_command_without_loading_mlflow(tmp_pat
     proc = _python(f"""
         import json, sys
         import harness.cli
-        from plugins import reference
+        from plugins.metrics import reference
         solves = []
         reference.compute = lambda *a, **k: solves.append(1)
         sys.argv = ["minimax-bench", "tracking.uri={uri}", "budget=2000", "progress=false",
@@ -138,7 +138,7 @@ def test_the_dead_server_check_without_a_uri_asks_what_mlflow_would(tmp_path, so
 def test_mlflow_is_loaded_without_collections(tmp_path, store):
     proc = _python(f"""
         import gc, json
-        from plugins import mlflow_tracking
+        from plugins.tracking import mlflow_tracking
         gc.freeze()  # as the command does; outside a Hydra run nothing more is frozen
         frozen = gc.get_freeze_count()
         collections = []

@@ -5,7 +5,7 @@ counting once; ``grad_evals``: per-row gradients formed; ``passes``:
 data points over n (``docs/tracking.md``, Counters).
 
 * ``prospect``, ``lsvrg``, ``sgd``: their kernels evaluate the model only
-  through the row kernels of ``plugins.lib.spectral``. A subprocess runs them
+  through the row kernels of ``plugins.solvers.spectral``. A subprocess runs them
   with numba's JIT disabled, where wrappers of those row kernels see every
   call (``counting_kernels``), and checks the counters after setup and each
   ``advance`` against the calls seen; the compiled run of each case must
@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 from counting_kernels import CASES, counting_problem, run_case
 
-from plugins.full_batch import FullBatch
-from plugins.lsvrg import LSVRG
-from plugins.models import LinearMSE
-from plugins.prospect import Prospect
+from plugins.models.glm import LinearMSE
+from plugins.solvers.full_batch import FullBatch
+from plugins.solvers.lsvrg import LSVRG
+from plugins.solvers.prospect import Prospect
 
 HERE = Path(__file__).resolve().parent
 

@@ -180,7 +180,7 @@ class SlowModel:
     params: ClassVar[dict] = {}
 
     def __init__(self) -> None:
-        from plugins.models import LinearMSE
+        from plugins.models.glm import LinearMSE
 
         self.inner = LinearMSE()
 
@@ -235,14 +235,15 @@ def test_the_driver_is_generated_once_and_cached_on_disk(tmp_path, monkeypatch):
     hash of their sources; a second request in the process reuses it."""
     monkeypatch.setenv("MINIMAX_BENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(engine, "_DRIVERS", {})
-    first = engine.driver("plugins.exp4mp:exp4mp", "plugins.models:linear_mse",
-                          "plugins.ogd:ogd")
+    first = engine.driver("plugins.p_players.exp4mp:exp4mp", "plugins.models.glm:linear_mse",
+                          "plugins.w_players.ogd:ogd")
     files = sorted(p.name for p in tmp_path.glob("mmb_driver_*.py"))
     assert len(files) == 1 and files[0].startswith("mmb_driver_exp4mp_linear_mse_ogd_")
-    assert engine.driver("plugins.exp4mp:exp4mp", "plugins.models:linear_mse",
-                         "plugins.ogd:ogd") is first
+    assert engine.driver("plugins.p_players.exp4mp:exp4mp", "plugins.models.glm:linear_mse",
+                         "plugins.w_players.ogd:ogd") is first
     with pytest.raises(ValueError, match="'module:prefix'"):
-        engine.driver("plugins.exp4mp", "plugins.models:linear_mse", "plugins.ogd:ogd")
+        engine.driver("plugins.p_players.exp4mp", "plugins.models.glm:linear_mse",
+                      "plugins.w_players.ogd:ogd")
 
 
 # ---------------------------------------------------------------- guards on both paths
@@ -252,8 +253,8 @@ def test_the_driver_is_generated_once_and_cached_on_disk(tmp_path, monkeypatch):
 from numba import njit  # noqa: E402
 
 from harness import Compiled, Param  # noqa: E402
-from plugins.exp4mp import Exp4MP, exp4mp_observe, exp4mp_propose  # noqa: E402
-from plugins.models import LinearMSE, linear_mse_grad, linear_mse_losses  # noqa: E402
+from plugins.models.glm import LinearMSE, linear_mse_grad, linear_mse_losses  # noqa: E402
+from plugins.p_players.exp4mp import Exp4MP, exp4mp_observe, exp4mp_propose  # noqa: E402
 
 #: the round at which the broken components below fail
 FAIL_AT = 37

@@ -24,10 +24,10 @@ from harness import Param
 from harness.game import TIMING_METRICS
 from harness.protocols import refusal
 from harness.registry import Registry
-from plugins import mlflow_tracking
-from plugins.exp4mp import Exp4MP
-from plugins.models import LogisticCEL
-from plugins.ogd import OGD
+from plugins.models.glm import LogisticCEL
+from plugins.p_players.exp4mp import Exp4MP
+from plugins.tracking import mlflow_tracking
+from plugins.w_players.ogd import OGD
 
 from conftest import game_cfg
 
@@ -453,7 +453,7 @@ def test_tracking_server_down_at_start_stops_before_computing(tmp_path):
 def test_server_down_at_start_stops_before_the_reference_solve(tmp_path, monkeypatch):
     # the OPT solve (reference.exact=true, seconds to minutes) is the first
     # thing a run computes; the tracking check must come before it
-    from plugins import reference
+    from plugins.metrics import reference
 
     solves: list[int] = []
     monkeypatch.setattr(reference, "compute", lambda *a, **k: solves.append(1))

@@ -18,8 +18,8 @@ import pytest
 
 import harness
 from harness import stream
-from plugins import files
-from plugins.datasets import BreastCancer, min_max
+from plugins.data import files
+from plugins.data.datasets import BreastCancer, min_max
 
 from conftest import game_cfg
 

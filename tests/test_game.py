@@ -9,9 +9,9 @@ import pytest
 
 import harness
 from harness.game import checkpoint_rounds
-from plugins.exp4mp import Exp4MP
-from plugins.kset import KSet
-from plugins.ogd import OGD
+from plugins.p_players.exp4mp import Exp4MP
+from plugins.sets.kset import KSet
+from plugins.w_players.ogd import OGD
 
 from conftest import game_cfg
 

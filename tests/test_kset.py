@@ -1,4 +1,4 @@
-"""The k-set S_{n,k} (plugins/kset.py; numerics in plugins/lib/capped.py):
+"""The k-set S_{n,k} (plugins/sets/kset.py; numerics in plugins/lib/capped.py):
 capped KL projection (Algorithm 2 Lines 3-10, Algorithm 4), DepRound
 (Algorithm 5), the linear maximisation oracle, membership and parameter
 validation.
@@ -21,8 +21,8 @@ from scipy import optimize, stats
 
 import harness
 import plugins.lib.capped as capped_module
-from plugins.kset import KSet
 from plugins.lib.capped import capped_kl_projection, depround
+from plugins.sets.kset import KSet
 
 from reference_solvers import (
     _wrong_projection_no_renormalisation,

@@ -1,4 +1,4 @@
-"""The O(k log n) k-set state (plugins/lib/kset_tree.py), the systematic sampler
+"""The O(k log n) k-set state (plugins/p_players/kset_tree.py), the systematic sampler
 and the exp_ix_m p-player built on them.
 
 * The tree reproduces the dense reference: the same p_t (relative 1e-10) and
@@ -19,12 +19,12 @@ import pytest
 from scipy import stats
 
 import harness
-from plugins.exp_ix import Exp3IX
-from plugins.exp_ix_m import ExpIXM
-from plugins.kset import KSet
 from plugins.lib.capped import systematic, systematic_rows
-from plugins.lib.kset_tree import CappedWeightTree
-from plugins.simplex import Simplex
+from plugins.p_players.exp_ix import Exp3IX
+from plugins.p_players.exp_ix_m import ExpIXM
+from plugins.p_players.kset_tree import CappedWeightTree
+from plugins.sets.kset import KSet
+from plugins.sets.simplex import Simplex
 
 from conftest import game_cfg
 

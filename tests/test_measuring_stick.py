@@ -16,9 +16,8 @@ import pytest
 import harness
 from harness import Param, report
 from harness.cli import summary
-from plugins import reference
-from plugins.lib import optimum
-from plugins.ogd import OGD
+from plugins.metrics import optimum, reference
+from plugins.w_players.ogd import OGD
 
 #: how long the stand-in compilers below take on first use (seconds)
 COMPILE_S = 0.4

@@ -1,4 +1,4 @@
-"""The MLflow helper process of the ``minimax-bench`` command (``plugins.mlflow_worker``).
+"""The MLflow helper process of the ``minimax-bench`` command (``plugins.tracking.mlflow_worker``).
 
 * calls through the helper reach the store as an in-process client's would
   (read back by an ``MlflowClient`` of this process), and their answers are
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from plugins import mlflow_tracking, mlflow_worker
+from plugins.tracking import mlflow_tracking, mlflow_worker
 
 from conftest import cli_env
 

@@ -1,4 +1,4 @@
-"""The paper's models (plugins/models.py): gradients, the declared loss scale as
+"""The paper's models (plugins/models/glm.py): gradients, the declared loss scale as
 a bound on the l2-ball, clipping with a user-set scale, task metrics."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import harness
-from plugins.models import BLAS_ROWS
+from plugins.models.glm import BLAS_ROWS
 
 MODELS = ["linear_mse", "logistic_cel"]
 

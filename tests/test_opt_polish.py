@@ -1,5 +1,5 @@
 """OPT to machine precision on smooth, strongly convex problems, and the certified
-dual gap at the resolution float64 allows (plugins/lib/optimum.py ``polish``,
+dual gap at the resolution float64 allows (plugins/metrics/optimum.py ``polish``,
 harness/gap.py ``polish_strongly_convex``, harness/dual.py ``certified_gap``
 and ``enclose_value``).
 
@@ -27,7 +27,7 @@ from harness.problem import Problem
 
 from conftest import prospect_instance
 
-optimum = pytest.importorskip("plugins.lib.optimum")
+optimum = pytest.importorskip("plugins.metrics.optimum")
 pytest.importorskip("cvxpy")
 
 REGRESSION_SETS = ("yacht", "energy", "concrete", "kin8nm", "power")

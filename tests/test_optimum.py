@@ -1,5 +1,5 @@
-"""The exact optimum OPT (plugins/lib/optimum.py) and its reference plugin
-(plugins/reference.py): OPT against a second solver and a brute force, its
+"""The exact optimum OPT (plugins/metrics/optimum.py) and its reference plugin
+(plugins/metrics/reference.py): OPT against a second solver and a brute force, its
 certificate, the cache, the suboptimality metrics, and every way OPT can be
 unavailable.
 """
@@ -18,9 +18,8 @@ from scipy import optimize
 import harness
 from harness import Param
 from harness.gap import project_ball
-from plugins import reference
-from plugins.lib import optimum
 from plugins.lib.capped import capped_simplex_euclidean
+from plugins.metrics import optimum, reference
 
 from conftest import game_cfg
 

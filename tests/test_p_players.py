@@ -216,7 +216,7 @@ def test_adacvar_marginals_match_a_bracketing_root_finder():
     # and 1e-11 on sum m = k (measured: 2e-13 and 3e-13)
     from scipy.optimize import brentq
 
-    from plugins.adacvar import dpp_marginals
+    from plugins.p_players.adacvar import dpp_marginals
 
     def sigmoid(z):
         return np.exp(-np.logaddexp(0.0, -z))

@@ -23,7 +23,7 @@ import pytest
 
 import harness
 from harness.contract import ContractData
-from plugins.models import LogisticCEL
+from plugins.models.glm import LogisticCEL
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "plugins.md"

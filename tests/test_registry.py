@@ -19,7 +19,7 @@ import pytest
 import harness
 from harness.protocols import Dataset, PPlayer
 from harness.registry import DEFAULT_PLUGINS, KINDS
-from plugins.exp4mp import Exp4MP
+from plugins.p_players.exp4mp import Exp4MP
 
 # --------------------------------------------------------------------------- a third party
 
@@ -173,7 +173,7 @@ def test_third_party_reusing_a_builtin_name_is_an_error():
     with pytest.raises(harness.PluginError) as info:
         harness.Registry(pm)
 
-    assert "'plugins.exp4mp'" in str(info.value)
+    assert "'plugins.p_players.exp4mp'" in str(info.value)
     assert f"'{pm.get_name(plugin)}'" in str(info.value)
     assert info.value.plugin == pm.get_name(plugin)
 

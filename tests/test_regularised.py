@@ -1,7 +1,7 @@
 """The regularised, smoothed problem F (mu, nu): the conjugate form of its inner
-maximum, its exact optimum (plugins/lib/optimum.py) against independent
+maximum, its exact optimum (plugins/metrics/optimum.py) against independent
 minimisations, the certified dual bound with mu (harness/gap.py,
-harness/dual.py) and the full-batch solver (plugins/full_batch.py).
+harness/dual.py) and the full-batch solver (plugins/solvers/full_batch.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from harness import ConfigError
 from harness.dual import dual_lower_bound
 from harness.gap import certified_dual, certified_min, project_ball, strongly_convex_lower_bound
 from harness.problem import Problem
-from plugins.full_batch import FullBatch
+from plugins.solvers.full_batch import FullBatch
 
 from conftest import prospect_instance
 
@@ -71,7 +71,7 @@ def test_conjugate_form_of_the_inner_maximum_matches_problem_inner(nu):
 def test_cvxpy_conjugate_phi_matches_problem_inner(nu):
     # seed 13; tolerance 1e-7 relative (Clarabel's accuracy): min_tau tau +
     # conjugate_phi(l - tau), the expression OPT is built from, is Problem.inner
-    optimum = pytest.importorskip("plugins.lib.optimum")
+    optimum = pytest.importorskip("plugins.metrics.optimum")
     cp = pytest.importorskip("cvxpy")
     rng = np.random.default_rng(13)
     for n, k in ((20, 10), (45, 4)):
@@ -206,7 +206,7 @@ def _scipy_min(P: Problem, starts: int, seed: int) -> float:
 def test_opt_with_mu_and_nu_matches_an_independent_minimisation(n, d, k, mu, nu):
     # seed 6; tolerance 1e-8 relative between the certified OPT and scipy's best of
     # 4 L-BFGS-B runs on F; OPT's own certified interval within 1e-9 relative
-    optimum = pytest.importorskip("plugins.lib.optimum")
+    optimum = pytest.importorskip("plugins.metrics.optimum")
     pytest.importorskip("cvxpy")
     P = _instance(n, d, seed=6, k=k, mu=mu, nu=nu)
     caps = P.constraint.row_caps()
@@ -221,7 +221,7 @@ def test_opt_with_mu_and_a_ball_and_no_smoothing_matches_sum_largest():
     # seed 7; nu = 0, mu > 0, a ball: OPT certified within 1e-7 relative (F is not
     # smooth: interior points stop near 4e-8 here); cvxpy's sum_largest (another
     # formulation of the k-set's maximum) agrees within 2e-7 relative
-    optimum = pytest.importorskip("plugins.lib.optimum")
+    optimum = pytest.importorskip("plugins.metrics.optimum")
     cp = pytest.importorskip("cvxpy")
     n, d, k, mu, radius = 50, 4, 10, 0.05, 0.5
     P = _instance(n, d, seed=7, k=k, mu=mu, radius=radius)
@@ -237,7 +237,7 @@ def test_opt_with_mu_and_a_ball_and_no_smoothing_matches_sum_largest():
 
 
 def test_regularisation_leaves_the_papers_key_and_refuses_an_unbounded_problem():
-    optimum = pytest.importorskip("plugins.lib.optimum")
+    optimum = pytest.importorskip("plugins.metrics.optimum")
     P = _instance(20, 3, seed=8)
     caps = P.constraint.row_caps()
     key = optimum.cache_key(P.X, P.y, P.model, caps, 1.0)
@@ -273,7 +273,7 @@ def test_full_batch_reaches_opt(method, radius, passes):
     # 1e-10) within `passes` passes (measured: 7 with L-BFGS, 61 with the constant
     # step agd, 1/L_F, in the ball of radius 0.3), and the certified gap at q is
     # then below 1e-5
-    optimum = pytest.importorskip("plugins.lib.optimum")
+    optimum = pytest.importorskip("plugins.metrics.optimum")
     pytest.importorskip("cvxpy")
     n = 40
     P = _instance(n, 5, seed=9, mu=1 / n, nu=1.0, radius=radius)
@@ -325,7 +325,7 @@ def test_full_batch_smoothed_agd_on_the_papers_problem():
     # (OPT certified to 1e-6; measured 7.1e-5, 8.8e-4 at 300 passes, 4.3e-5 at
     # 3000; w = 0 is 0.199 above OPT), with the default smoothing 2 G B / (T
     # sqrt(n c_max)) logged
-    optimum = pytest.importorskip("plugins.lib.optimum")
+    optimum = pytest.importorskip("plugins.metrics.optimum")
     pytest.importorskip("cvxpy")
     P = _papers_instance(60)
     n, passes = P.n, 1000

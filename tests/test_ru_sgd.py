@@ -1,4 +1,4 @@
-"""ru_sgd (truncated CVaR) and soft_cvar (plugins/ru_sgd.py): unbiased steps,
+"""ru_sgd (truncated CVaR) and soft_cvar (plugins/p_players/ru_sgd.py): unbiased steps,
 the threshold's fixed point, defaults, and convergence on a paper data set."""
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import harness
 from harness import cli
 from harness.context import RunView
 from harness.game import TIMING_METRICS
-from plugins import mlflow_tracking, reference
+from plugins.metrics import reference
+from plugins.tracking import mlflow_tracking
 
 REPO = Path(harness.__file__).resolve().parents[1]
 

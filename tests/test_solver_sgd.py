@@ -1,4 +1,4 @@
-"""The SGD baseline on the Rockafellar-Uryasev form of F (``plugins.sgd``): the
+"""The SGD baseline on the Rockafellar-Uryasev form of F (``plugins.solvers.sgd``): the
 identity behind it against the problem's own inner maximisation, unbiasedness
 of its stochastic gradient, the kernel against a dense transcription,
 convergence to an independent optimum, bitwise resume, counters and refusals."""
@@ -17,8 +17,8 @@ from scipy import optimize
 import harness
 from harness.params import validate
 from harness.problem import Problem
-from plugins.lib.spectral import row_data
-from plugins.sgd import SGD, ru_phi, ru_weight, sgd_row_grad
+from plugins.solvers.sgd import SGD, ru_phi, ru_weight, sgd_row_grad
+from plugins.solvers.spectral import row_data
 
 
 def yacht_problem(nu: float = 1.0, radius: float = math.inf, model: str = "linear_mse",
@@ -170,7 +170,7 @@ def test_stochastic_gradient_is_unbiased(nu, model):
 
 
 def _dense_sgd(problem, lr, tau_lr, batch, rows, schedule="constant", t0=math.inf):
-    """The step of ``plugins.sgd.SGD`` in numpy, rows in batches of ``batch``:
+    """The step of ``plugins.solvers.sgd.SGD`` in numpy, rows in batches of ``batch``:
     step t (from 0) scaled by 1, ``sqrt(t0 / (t0 + t))`` or ``t0 / (t0 + t)``;
     tau kept in the solver's bracket; the average of the points where the
     gradients are taken, uniform or (inverse) with weights ``t + t0 - 1``."""
@@ -422,8 +422,8 @@ def test_params_are_validated():
 
 def test_registers_as_sgd():
     """The module's hook registers the class under the name "sgd"."""
-    import plugins.sgd
+    import plugins.solvers.sgd
 
     got = []
-    plugins.sgd.register_solvers(got.append)
+    plugins.solvers.sgd.register_solvers(got.append)
     assert got == [SGD] and SGD.name == "sgd"

@@ -302,7 +302,7 @@ def test_the_smoothed_inner_maximiser_is_the_quadratic_programs(caps_kind, nu):
     # 1e-7 (the QP solver's accuracy), 5 loss vectors per case, seed 21
     cp = pytest.importorskip("cvxpy")
     from harness.problem import Problem
-    from plugins.lib.optimum import CappedSet
+    from plugins.metrics.optimum import CappedSet
 
     rng = np.random.default_rng(21)
     n = 40

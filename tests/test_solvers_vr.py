@@ -1,5 +1,5 @@
 """The variance-reduced solvers (``prospect``, ``lsvrg``) and their incremental
-best response (``plugins.lib.spectral``): exactness against brute force and
+best response (``plugins.solvers.spectral``): exactness against brute force and
 against dense transcriptions of the algorithms, convergence to an independent
 optimum, bitwise resume, counters and refusals."""
 
@@ -15,10 +15,10 @@ from scipy import optimize
 import harness
 from harness.problem import Problem
 from plugins.lib.capped import capped_simplex_euclidean
-from plugins.lib.spectral import BestResponse, best_response_dense
-from plugins.lsvrg import LSVRG
-from plugins.prospect import Prospect
-from plugins.sgd import SGD
+from plugins.solvers.lsvrg import LSVRG
+from plugins.solvers.prospect import Prospect
+from plugins.solvers.sgd import SGD
+from plugins.solvers.spectral import BestResponse, best_response_dense
 
 SOLVERS = (Prospect, LSVRG)
 

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 import harness
-from plugins.mlflow_tracking import (
+from plugins.tracking.mlflow_tracking import (
     CONFIG_KEY_TAG,
     EXPERIMENT_KIND,
     AlreadyFinished,

@@ -1,7 +1,7 @@
-"""The DRO literature's five regression data sets (plugins/datasets.py): shapes,
+"""The DRO literature's five regression data sets (plugins/data/datasets.py): shapes,
 checksums, the ``scale`` option, energy's target, ``model=auto`` with every
 constraint set, k = n/2 through ``constraint.level``, and the trivial
-solution ``w = 0`` recorded beside OPT (plugins/reference.py)."""
+solution ``w = 0`` recorded beside OPT (plugins/metrics/reference.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import harness
-from plugins import datasets, reference
+from plugins.data import datasets
+from plugins.metrics import reference
 
 from conftest import game_cfg
 

@@ -9,8 +9,8 @@ and d features into ``--data-dir`` (8 GB for 1e7 x 100; it is reused while
 the folder exists), then, for each n, times on the first n rows of that file:
 
 * the p-player alone (``propose`` + ``observe``): dense EXP4.MP (Algorithm 2
-  with DepRound, ``plugins/exp4mp.py``) and exp_ix_m's tree state
-  (``plugins/lib/kset_tree.py``, systematic sampling);
+  with DepRound, ``plugins/p_players/exp4mp.py``) and exp_ix_m's tree state
+  (``plugins/p_players/kset_tree.py``, systematic sampling);
 * a whole round as ``harness.game.Game.play`` runs it (propose, read the rows,
   losses, observe, gradient, OGD step, a_bar update) for both, and for plain
   mini-batch SGD on the same rows (the rows exp_ix_m drew, replayed: no
@@ -40,10 +40,10 @@ import numpy as np
 import harness
 from harness import stream
 from harness.config import QUIET
-from plugins.exp4mp import Exp4MP
-from plugins.exp_ix_m import ExpIXM
-from plugins.files import SyntheticDataset
-from plugins.kset import KSet
+from plugins.data.files import SyntheticDataset
+from plugins.p_players.exp4mp import Exp4MP
+from plugins.p_players.exp_ix_m import ExpIXM
+from plugins.sets.kset import KSet
 
 
 class _Head:

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
 from harness.problem import Problem  # noqa: E402
-from plugins.lib.spectral import row_data  # noqa: E402
-from plugins.lsvrg import LSVRG, lsvrg_anchor  # noqa: E402
-from plugins.prospect import Prospect  # noqa: E402
+from plugins.solvers.lsvrg import LSVRG, lsvrg_anchor  # noqa: E402
+from plugins.solvers.prospect import Prospect  # noqa: E402
+from plugins.solvers.spectral import row_data  # noqa: E402
 
 #: the authors' tuned constant steps and epochs to 1e-6 (Prospect, LSVRG)
 AUTHORS = {

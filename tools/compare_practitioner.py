@@ -5,7 +5,7 @@ the exact optimum.
     python tools/compare_practitioner.py --datasets boston --seeds 2 --budget 1e6
     python tools/compare_practitioner.py --load results.json   # print a saved comparison
 
-Solves OPT once per data set (``plugins.lib.optimum``, cached), then runs one game
+Solves OPT once per data set (``plugins.metrics.optimum``, cached), then runs one game
 per (data set, algorithm, seed) with tracking off, in parallel processes, and
 prints per data set and algorithm, as median [min, max] over seeds:
 
@@ -160,7 +160,7 @@ def main() -> None:
         results = json.loads(Path(args.load).read_text())
     else:
         budget = int(args.budget)
-        from plugins.reference import default_cache_dir
+        from plugins.metrics.reference import default_cache_dir
 
         cache_dir = args.cache_dir or str(default_cache_dir())
         for dataset in args.datasets:  # solve OPT once, before the jobs read the cache

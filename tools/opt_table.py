@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness  # noqa: E402
-from plugins.lib import optimum  # noqa: E402
+from plugins.metrics import optimum  # noqa: E402
 
 DATASETS = ("yacht", "energy", "concrete", "kin8nm", "power")
 #: config overrides of each problem (besides the data set)

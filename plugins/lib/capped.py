@@ -1,8 +1,8 @@
 """Numerics of the capped simplices ``K = {p : 0 <= p_i <= c_i, sum p = 1}``:
 the k-set ``S_{n,k}`` (every ``c_i = 1/k``; the simplex is ``k = 1``) and the
 alpha-set ``K_alpha`` (``c_i = alpha_i``, ``k alpha_i`` integer; paper,
-Appendix F). The constraint-set plugins (``plugins.kset``,
-``plugins.simplex``, ``plugins.alphaset``) and the p-players call these
+Appendix F). The constraint-set plugins (``plugins.sets.kset``,
+``plugins.sets.simplex``, ``plugins.sets.alphaset``) and the p-players call these
 functions; nothing here is registered.
 
 * KL (Bregman) projections, Algorithm 4 and Lemma C.2 (one cap, or a cap per
@@ -32,7 +32,7 @@ from plugins.lib.vecmath import vexp
 
 #: a row is capped when its projected log-weight exceeds its log-cap by more
 #: than this (a row at its cap up to rounding stays uncapped: same q either way);
-#: the tree state (``plugins.lib.kset_tree``) uses the same rule
+#: the tree state (``plugins.p_players.kset_tree``) uses the same rule
 CAP_TOL = 1e-12
 
 

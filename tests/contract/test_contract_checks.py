@@ -16,7 +16,7 @@ import pytest
 import harness
 import harness.contract as contract
 from harness import Param, Proposal
-from plugins.kset import KSet
+from plugins.sets.kset import KSet
 
 SUITE = Path(__file__).with_name("test_contract.py")
 
@@ -202,11 +202,11 @@ def test_a_set_of_unknown_lp_form_is_skipped_with_a_reason(with_broken_plugins):
 def test_a_misspelt_plugin_name_is_an_error():
     registry = contract.REGISTRY
     with pytest.raises(contract.SelectionError, match=r"\['some_typo'\].*'plugins\.kset'"):
-        contract._selection("plugins.kset,some_typo", registry)
+        contract._selection("plugins.sets.kset,some_typo", registry)
     with pytest.raises(contract.SelectionError, match="register no constraint set"):
-        contract._selection("plugins.mlflow_tracking", registry)
-    assert contract._selection(" plugins.kset , plugins.uniform,", registry) == {
-        "plugins.kset", "plugins.uniform"}
+        contract._selection("plugins.tracking.mlflow_tracking", registry)
+    assert contract._selection(" plugins.sets.kset , plugins.p_players.uniform,", registry) == {
+        "plugins.sets.kset", "plugins.p_players.uniform"}
     assert contract._selection(" , ", registry) == set()
 
 
@@ -217,7 +217,7 @@ def test_a_misspelt_plugin_name_stops_the_suite_at_collection():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0, done.stdout[-2000:]
     assert "SelectionError" in done.stdout and "some_typo" in done.stdout
-    assert "plugins.kset" in done.stdout
+    assert "plugins.sets.kset" in done.stdout
 
 
 # ---------------------------------------------------------------- p-players

@@ -2,7 +2,7 @@
 inputs of their numba kernels, the default constant step and the counters.
 
 **The default step.** With ``nu > 0`` (or no ball) the step is the smooth one,
-``1 / (n c_max L + mu)`` (``plugins.lib.spectral.default_step``). With ``nu =
+``1 / (n c_max L + mu)`` (``plugins.solvers.spectral.default_step``). With ``nu =
 0`` in a ball, ``F`` is not smooth (its best response jumps as the order of
 the losses changes) and a constant step of that size does not converge: on
 breast cancer at k = 20 and radius 1 it ends above ``F(0)``. There the
@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness import Param
-from plugins.lib.spectral import default_step, row_data, row_smoothness, solver_inputs
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.solvers.spectral import default_step, row_data, row_smoothness, solver_inputs
 
 #: the ``lr`` parameter of every row solver
 LR_PARAM = Param(float, low=0.0, low_open=True, nullable=True,

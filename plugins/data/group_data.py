@@ -16,7 +16,7 @@ import numpy as np
 
 import harness
 from harness import Param
-from plugins.datasets import min_max
+from plugins.data.datasets import min_max
 
 
 class SyntheticGroups:
@@ -67,7 +67,7 @@ class SyntheticGroups:
         self.y = y.astype(np.int64)
         self.columns = {"group": np.where(is_min, "minority", "majority")}
         self.provenance = {
-            "source": "synthetic, plugins/group_data.py",
+            "source": "synthetic, plugins/data/group_data.py",
             "generator": f"numpy default_rng({seed}); n={n}, d={d}, minority={minority}, "
                          f"angle={angle}, margin={margin}",
         }

@@ -185,7 +185,7 @@ class Exp4MP:
         if (constraint is None or constraint.kernels != CAPPED_SET
                 or replaces(self, Exp4MP, ("propose", "observe"))):
             return None
-        return Compiled("plugins.exp4mp:exp4mp", self.state_)
+        return Compiled("plugins.p_players.exp4mp:exp4mp", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """The EXP4.MP regret theorem (``th:EXP4.MP``, Appendix C) after

@@ -12,8 +12,8 @@ import numpy as np
 from numba import njit
 
 import harness
-from plugins.lib.row_solver import RowSolver
-from plugins.lib.spectral import (
+from plugins.solvers.row_solver import RowSolver
+from plugins.solvers.spectral import (
     BestResponse,
     br_update,
     br_weight,
@@ -44,7 +44,7 @@ class Prospect(RowSolver):
     is for the unconstrained problem).
 
     Only ``lambda_i`` of the sampled row is read, and one loss changes per
-    step, so ``lambda`` is never formed: ``plugins.lib.spectral.BestResponse``
+    step, so ``lambda`` is never formed: ``plugins.solvers.spectral.BestResponse``
     keeps the sorted ``1/n + l/(nu n)`` in a counted B+ tree (O(log n) per
     changed loss) and finds the threshold of the projection by Newton's
     method from the last one (two O(log n) evaluations in the common case, an
@@ -61,7 +61,7 @@ class Prospect(RowSolver):
     factor ``n lambda_i`` of the step's stochastic term is at most ``n
     sigma_max``, so ``n sigma_max L`` bounds the smoothness of each term of
     the estimator. The theorems' absolute constants are worst-case; ``c = 1``
-    (``plugins.lib.spectral.STEP_CONSTANT``) is the largest step of that order
+    (``plugins.solvers.spectral.STEP_CONSTANT``) is the largest step of that order
     and lands next to the authors' tuned steps (0.012 against their 0.01 on
     concrete). On ``experiment=prospect`` (640,000 data points) every
     multiplier of the tuning protocol's grid from 3^-2 to 3^0 ends within
@@ -72,7 +72,7 @@ class Prospect(RowSolver):
     1e-4 and 1e-3, against 0.028 and 0.029); 3^0 or 3^1 on the other three.
     With ``nu = 0`` in a ball the default is the subgradient method's step
     for the budget, which the protocol finds 27 times too small on Boston at
-    k = 20: ``plugins.lib.row_solver`` says why it stays. Measured by
+    k = 20: ``plugins.solvers.row_solver`` says why it stays. Measured by
     ``tools/step_table.py``.
 
     A row whose weight ``lambda_i`` (read before the step) is 0 enters the

@@ -345,7 +345,7 @@ def write_synthetic(folder: Path, n: int, d: int, hard: float, seed: int, task: 
     np.save(tmp / "y.npy", y)
     meta = {"n": n, "d": d, "hard": hard, "seed": seed, "task": task, "hard_rows": hard_rows,
             "chunk_rows": chunk_rows(d, GEN_CHUNK_BYTES), "features": "uniform on [0, 1]^d",
-            "generator": "plugins/files.py write_synthetic"}
+            "generator": "plugins/data/files.py write_synthetic"}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     try:
         os.replace(tmp, folder)
@@ -395,7 +395,7 @@ class SyntheticDataset(FileDataset):
         self.task = task
         self.default_model = _MODELS[task]
         meta = json.loads((folder / "meta.json").read_text())
-        self.provenance = {"source": "synthetic, plugins/files.py write_synthetic",
+        self.provenance = {"source": "synthetic, plugins/data/files.py write_synthetic",
                            "folder": str(folder), "hard_rows": str(meta["hard_rows"]),
                            "generator": f"numpy default_rng([seed, chunk]); n={n}, d={d}, "
                                         f"hard={hard}, seed={seed}, task={task}"}

@@ -27,7 +27,7 @@ uniform average (Zinkevich 2003, Theorem 1; Bubeck 2015, Theorem 6.1), the
 constants taken from the problem (its ball, the rows' gradient bound, the
 caps). Elsewhere a heuristic shape motivated by Bubeck (2015), Theorem 6.3:
 for about one pass the row solvers' default constant step ``1 / (n max_i
-c_i L + mu)`` (``plugins.lib.spectral.default_step``, Prospect's and
+c_i L + mu)`` (``plugins.solvers.spectral.default_step``, Prospect's and
 LSVRG's default step, not a smoothness constant of ``G``), then a ``1 /
 sqrt(t)`` decay, with the uniform average. ``2 / (mu (t + a))`` with the
 weighted average for a known strong convexity (Bubeck 2015, Theorem 6.2) on
@@ -44,15 +44,15 @@ from numba import njit
 
 import harness
 from harness import Param
-from plugins.lib.row_solver import LR_SCALE_PARAM, RowSolver
-from plugins.lib.spectral import (
+from plugins.lib.steps import check_scale, scale_param
+from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver
+from plugins.solvers.spectral import (
     project_ball_inplace,
     row_data,
     row_grad,
     row_loss,
     row_scratch,
 )
-from plugins.lib.steps import check_scale, scale_param
 
 #: schedule codes of the kernel
 CONSTANT, INVERSE, SQRT = 0, 1, 2
@@ -111,7 +111,7 @@ class SGD(RowSolver):
         have a finite ``G`` and no such bound, as ``logistic_cel`` without a
         ball) or without a finite ``G``. A heuristic: ``lr = tau_lr = 1 /
         (n max_i c_i L + mu)``, the row solvers' default constant step
-        (``plugins.lib.spectral.default_step``, Prospect's and LSVRG's
+        (``plugins.solvers.spectral.default_step``, Prospect's and LSVRG's
         default), for about the first pass, ``t0 = n / b``, then ``lr
         sqrt(t0 / (t0 + t - 1))``. That step is not ``1 / beta`` for a
         smoothness ``beta`` of ``G(w, tau)``: each term's w-gradient ``s_i grad
@@ -156,7 +156,7 @@ class SGD(RowSolver):
       the larger sets (on kin8nm the protocol's tuned multiplier of this
       schedule is 3^-3).
     * ``constant``: ``f_t = 1``, ``lr`` the row solvers' default
-      (``plugins.lib.row_solver``: ``1 / (n max_i c_i L + mu)``, with ``nu =
+      (``plugins.solvers.row_solver``: ``1 / (n max_i c_i L + mu)``, with ``nu =
       0`` in a ball at most ``B / (n max_i c_i G sqrt(T))``), ``tau_lr =
       lr``: the DRO papers' SGD, which they tune; it only reaches a
       neighbourhood of the optimum of size O(lr). ``T = budget // b``, the

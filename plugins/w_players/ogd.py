@@ -90,7 +90,7 @@ class OGD:
         def store(state) -> None:
             self.rounds_ = int(state[2][0])
 
-        return Compiled("plugins.ogd:ogd", state, store)
+        return Compiled("plugins.w_players.ogd:ogd", state, store)
 
     def regret_bound(self, rounds: int) -> float | None:
         """``B^2 / (2s) + s G^2 t / 2`` after ``t = rounds`` rounds (class docstring)."""

@@ -8,7 +8,7 @@ import numpy as np
 
 import harness
 from harness import Draw, Param
-from plugins.kset import KSet
+from plugins.sets.kset import KSet
 
 
 class Simplex(KSet):

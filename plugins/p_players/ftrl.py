@@ -140,7 +140,7 @@ class FTRL:
                 or self.set_state_ is None
                 or replaces(self, FTRL, ("propose", "observe"))):
             return None
-        return Compiled("plugins.ftrl:ftrl", self.state_)
+        return Compiled("plugins.p_players.ftrl:ftrl", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """``log(n/k) / eta + eta t`` after ``t = rounds`` rounds at the eta in

@@ -12,8 +12,8 @@ import numpy as np
 from numba import njit
 
 import harness
-from plugins.lib.row_solver import RowSolver
-from plugins.lib.spectral import (
+from plugins.solvers.row_solver import RowSolver
+from plugins.solvers.spectral import (
     best_response_dense,
     project_ball_inplace,
     row_data,
@@ -47,14 +47,14 @@ class LSVRG(RowSolver):
     order ``1 / (n sigma_max L)`` (each term ``n sigma_j (grad l_j(w) - grad
     l_j(w~))`` of the estimator is ``n sigma_max L``-Lipschitz in ``w``), as
     does Prospect's (Mehta et al. ICLR 2024); ``c = 1``, see
-    ``plugins.prospect.Prospect``. On ``experiment=prospect`` (640,000 data
+    ``plugins.solvers.prospect.Prospect``. On ``experiment=prospect`` (640,000 data
     points) the tuning protocol's multiplier is between 3^-3 and 3^1 on the
     five sets, and within 1e-10 of the best objective at 1 except on kin8nm
     (6e-10 above); after 20 passes it is 3^-4 (the grid's edge) on kin8nm and
     3^-2 on power, the two sets with n near 1e4, where the default is too
     large early on (the authors' tuned steps there, 1e-4 and 3e-3, against
     0.028 and 0.029). With ``nu = 0`` on Boston at k = 20 it is 27
-    (``plugins.lib.row_solver`` says why the default stays). Measured by
+    (``plugins.solvers.row_solver`` says why the default stays). Measured by
     ``tools/step_table.py``.
 
     A row with ``q~_j = 0`` adds nothing to ``g~`` and its stochastic term

@@ -34,7 +34,7 @@ import numpy as np
 import harness
 from harness import Param
 
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(__file__).parent / "csv"
 SCALES = ("minmax", "standard", "none")
 UCI_LICENCE = "CC BY 4.0"
 

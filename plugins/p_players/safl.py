@@ -18,8 +18,8 @@ from plugins.lib.capped import (
     capped_set_sample,
     sorted_breakpoint_threshold,
 )
-from plugins.lib.draws import choice
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.p_players.draws import choice
 
 
 class StochasticAFL:
@@ -138,7 +138,7 @@ class StochasticAFL:
         state = (self.lam_, np.empty(n), self.all_rows_, float(self.eta_ * K.n / K.k),
                  np.zeros(n, dtype=np.bool_), np.arange(n, dtype=np.int64),
                  np.sort(self.lam_), bool(np.all(caps == caps[0])), np.empty(n), np.empty(n))
-        return Compiled("plugins.safl:safl", state)
+        return Compiled("plugins.p_players.safl:safl", state)
 
     def regret_bound(self, rounds: int) -> float | None:
         """None: Mohri et al.'s guarantee bounds the expected gap, not the gap of

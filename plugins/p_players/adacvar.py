@@ -412,7 +412,7 @@ class AdaCVaR:
                  float(self.eps), int(self.b_), self.variant == "authors",
                  self.batch_weights_, float(K.k), float(1 - self.gamma_),
                  float(self.gamma_ * K.k / K.n), sig, np.array([current]))
-        return Compiled("plugins.adacvar:adacvar", state, self._store)
+        return Compiled("plugins.p_players.adacvar:adacvar", state, self._store)
 
     def _store(self, state: tuple) -> None:
         self.nu_ = float(state[6][0])

@@ -7,11 +7,11 @@ Metrics are logged in one batch per checkpoint with ``step`` = data points
 processed. Every experiment it creates or files runs in is tagged a
 model-training experiment (``mlflow.experimentKind``: MLflow 3's UI opens an
 experiment without a kind on its GenAI overview). mlflow is imported only here
-(and in ``plugins.mlflow_worker``), and only when tracking is enabled, at the
+(and in ``plugins.tracking.mlflow_worker``), and only when tracking is enabled, at the
 tracker's run start (the import and the store cost one to two seconds); the
 early check of a tracking server needs
 no mlflow. A single run of the ``minimax-bench`` command imports it in a
-helper process from the command's start instead (``plugins.mlflow_worker``,
+helper process from the command's start instead (``plugins.tracking.mlflow_worker``,
 started by ``harness.command``), on the machine's other core, and logs
 through it.
 
@@ -19,7 +19,7 @@ Faults: an unreachable tracking server stops a run before it computes
 anything; a server that fails mid-run does not lose checkpoints: they are
 buffered (in memory and in ``<state_dir>/pending-<run id>.jsonl``), sent when
 it answers again, and left in that file for ``python -m
-plugins.mlflow_tracking replay FILE`` if it never does.
+plugins.tracking.mlflow_tracking replay FILE`` if it never does.
 
 A Hydra multirun gets one parent run: ``SweepCallback.on_multirun_start``
 creates the experiment and the parent run once, in the launching process,
@@ -63,7 +63,7 @@ from omegaconf import OmegaConf
 import harness
 from harness import ConfigError, Param, state, tune
 from harness.params import validate
-from plugins import mlflow_worker
+from plugins.tracking import mlflow_worker
 
 SWEEP_FILE = "sweep.json"
 #: the run tag holding the key of the run's resolved parameters (``harness.state.key``)
@@ -454,7 +454,7 @@ def on_run_end(context, status: str, metrics: Mapping[str, Any]):
         path = _pending_file(context, handle)
         print(f"minimax-bench: {len(handle['pending'])} record(s) of run {handle['run_id']} "
               f"could not be sent to {handle['uri']}; they are kept in {path}. Send them "
-              f"with:  python -m plugins.mlflow_tracking replay {path}", file=sys.stderr)
+              f"with:  python -m plugins.tracking.mlflow_tracking replay {path}", file=sys.stderr)
 
 
 def replay(path: str | Path) -> int:
@@ -640,5 +640,5 @@ class SweepCallback(Callback):
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "replay":
-        sys.exit("usage: python -m plugins.mlflow_tracking replay PENDING_FILE")
+        sys.exit("usage: python -m plugins.tracking.mlflow_tracking replay PENDING_FILE")
     print(f"sent {replay(sys.argv[2])} record(s)")

@@ -12,8 +12,8 @@ import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
-from plugins.lib.draws import pairwise_sum
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.p_players.draws import pairwise_sum
 
 
 class Exp3IX:
@@ -118,7 +118,7 @@ class Exp3IX:
         if (constraint is None or constraint.kernels != CAPPED_SET
                 or replaces(self, Exp3IX, ("propose", "observe"))):
             return None
-        return Compiled("plugins.exp_ix:exp_ix", self.state_)
+        return Compiled("plugins.p_players.exp_ix:exp_ix", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """The bound of the class docstring after ``rounds`` rounds at the eta

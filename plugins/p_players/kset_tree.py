@@ -275,7 +275,7 @@ def _project(w, nodes, offsets, sizes, kappa, capped):  # pragma: no cover - com
 @njit(cache=True, error_model="numpy")
 def _ix_step(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
              capped):  # pragma: no cover - compiled
-    """The implicit-exploration step of ``plugins.exp_ix_m`` on the sampled rows,
+    """The implicit-exploration step of ``plugins.p_players.exp_ix_m`` on the sampled rows,
     ``w_i *= exp(-eta (1 - L_i) / (k p_i + gamma))`` with ``p_i = w_i / sum(w)``,
     then the projection; returns the number of capped rows."""
     return _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa, capped,

@@ -1,4 +1,5 @@
-"""Kernels of the variance-reduced solvers (``plugins.prospect``, ``plugins.lsvrg``):
+"""Kernels of the variance-reduced solvers (``plugins.solvers.prospect``,
+``plugins.solvers.lsvrg``):
 per-row losses and gradients of the two built-in models, the dense best
 response, and the best response maintained under one-row updates.
 

@@ -117,7 +117,7 @@ class LinearMSE(_ScaledLoss):
 
     name: ClassVar[str] = "linear_mse"
     task: ClassVar[str] = "regression"
-    kernels: ClassVar[str] = "plugins.models:linear_mse"
+    kernels: ClassVar[str] = "plugins.models.glm:linear_mse"
     params: ClassVar[dict[str, Param]] = {
         "loss_scale": _SCALE,
         "bias": Param(bool, default=True, doc="an intercept b (a parameter of w)"),
@@ -176,7 +176,7 @@ class LogisticCEL(_ScaledLoss):
 
     name: ClassVar[str] = "logistic_cel"
     task: ClassVar[str] = "classification"
-    kernels: ClassVar[str] = "plugins.models:logistic_cel"
+    kernels: ClassVar[str] = "plugins.models.glm:logistic_cel"
 
     def setup(self, dataset, radius: float) -> dict[str, float]:
         self.d_ = dataset.X.shape[1]

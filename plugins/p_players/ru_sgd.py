@@ -25,8 +25,8 @@ from numba import njit, objmode
 import harness
 from harness import Compiled, Param, Proposal
 from plugins.lib.capped import needs_row_caps
-from plugins.lib.draws import choice, pairwise_sum
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.p_players.draws import choice, pairwise_sum
 
 #: the constraint sets whose ``lmo`` the compiled kernels call back, by token
 _SETS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -181,7 +181,7 @@ class TruncatedCVaR:
                  float(self.tau_lr_), int(self.refresh_every_), int(self.b_),
                  float(getattr(self, "temperature_", 0.0)), token,
                  np.zeros(n, dtype=np.bool_), np.arange(n, dtype=np.int64))
-        return Compiled("plugins.ru_sgd:ru_sgd", state, self._store)
+        return Compiled("plugins.p_players.ru_sgd:ru_sgd", state, self._store)
 
     def _store(self, state: tuple) -> None:
         size = int(state[5][0])

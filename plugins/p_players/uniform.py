@@ -10,7 +10,7 @@ from numba import njit
 import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
-from plugins.lib.draws import choice
+from plugins.p_players.draws import choice
 
 
 class Uniform:
@@ -83,7 +83,7 @@ class Uniform:
         perm = np.arange(n) if tail else np.empty(0, dtype=np.int64)
         state = (self.weights_, self.all_rows_, self.p_, np.int64(n), np.int64(b),
                  perm, np.empty(b, dtype=np.int64), self.action == "sampled")
-        return Compiled("plugins.uniform:uniform", state)
+        return Compiled("plugins.p_players.uniform:uniform", state)
 
     def regret_bound(self, rounds: int) -> float | None:
         return None
@@ -92,7 +92,7 @@ class Uniform:
 @njit(cache=True, error_model="numpy")
 def uniform_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Uniform.propose``: b rows drawn without replacement (``rng.choice``,
-    ``plugins.lib.draws.choice``), batch weights ``1/b`` (Algorithm 1, Line 3, with a sampler
+    ``plugins.p_players.draws.choice``), batch weights ``1/b`` (Algorithm 1, Line 3, with a sampler
     that ignores ``p_t``)."""
     weights, _, _, n, b, perm, swaps, _ = ps
     return choice(rng, n, b, perm, swaps), weights

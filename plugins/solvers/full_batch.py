@@ -17,7 +17,7 @@ gradients of the rows with a nonzero inner weight ``q_i``.
   - grad L_i(w')) + mu (w - w')``, with ``||J||^2 <= ||J||_F^2 <= n G^2``,
   ``||L(w) - L(w')|| <= sqrt(n) G ||w - w'||`` and ``sum_i q_i = 1``, ``q >=
   0``:  ``L_F <= L_row + G^2/nu + mu``, ``L_row`` the rows' smoothness
-  (``plugins.lib.spectral.row_smoothness``) and ``G`` a bound on the scaled
+  (``plugins.solvers.spectral.row_smoothness``) and ``G`` a bound on the scaled
   per-row gradient norms wherever gradients are taken. FISTA's extrapolated
   points leave the ball (``||y|| <= ||x_k|| + ||x_k - x_{k-1}|| < 3B``) and the
   descent lemma is used on ``[y_k, x_{k+1}]``, so ``G`` is taken over the ball
@@ -93,8 +93,8 @@ import numpy as np
 import harness
 from harness import ConfigError, Param, stream
 from harness.protocols import EuclideanProjection
-from plugins.lib.spectral import MODEL_KINDS, row_smoothness
 from plugins.lib.steps import check_scale, scale_param, scaled_step
+from plugins.solvers.spectral import MODEL_KINDS, row_smoothness
 
 #: Armijo's sufficient-decrease constant and the most halvings of one line search
 ARMIJO_C1 = 1e-4

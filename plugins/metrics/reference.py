@@ -12,7 +12,7 @@ key computes nothing):
       time_limit: 120  # seconds per solver attempt
       cache_dir: null  # null: $XDG_CACHE_HOME/minimax-bench, else ~/.cache/minimax-bench
 
-``auto`` computes OPT (``plugins.lib.optimum``) when cvxpy is installed and the
+``auto`` computes OPT (``plugins.metrics.optimum``) when cvxpy is installed and the
 data set has ``n * d <= max_size``; ``true`` computes it whatever the size
 (and is an error without cvxpy). OPT is computed once per (data, model, loss
 scale, K, B) and cached on disk, keyed by a hash of all of them; a cached
@@ -56,7 +56,7 @@ from harness.context import RunView
 from harness.dual import enclose_value
 from harness.params import validate
 from harness.state import cache_root
-from plugins.lib import optimum
+from plugins.metrics import optimum
 
 #: a trivial solution within this relative distance of OPT makes a problem nearly degenerate
 NEARLY_SOLVED = 0.05

@@ -22,8 +22,8 @@ from plugins.lib.capped import (
     needs_sets_of_k_rows,
     weights_row_caps,
 )
-from plugins.lib.kset_tree import CappedWeightTree, tree_ix_step, tree_sample
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.p_players.kset_tree import CappedWeightTree, tree_ix_step, tree_sample
 
 
 class ExpIXM:
@@ -70,7 +70,7 @@ class ExpIXM:
     rows each round: O(n) per round with the dense projection and DepRound.
 
     Cost per round: ``state="tree"`` keeps ``p_t`` in a tree of sums and maxima
-    (``plugins.lib.kset_tree``) and samples systematically (Madow): O(k log n)
+    (``plugins.p_players.kset_tree``) and samples systematically (Madow): O(k log n)
     time, O(n) memory; ``p`` is materialised (O(n)) only when read, at
     checkpoints. ``state="dense"`` keeps ``p_t`` as an array, multiplies the
     sampled rows' entries by ``exp(-eta l_hat_i)``, projects the result onto
@@ -185,11 +185,11 @@ class ExpIXM:
         if self.tree_ is not None:
             tree = self.tree_
             state = (tree.compiled_state(), self.weights_, float(self.eta_), float(self.gamma_))
-            return Compiled("plugins.exp_ix_m:exp_ix_m_tree", state,
+            return Compiled("plugins.p_players.exp_ix_m:exp_ix_m_tree", state,
                             lambda state: tree.compiled_store(state[0]))
         if constraint.kernels != CAPPED_SET:
             return None
-        return Compiled("plugins.exp_ix_m:exp_ix_m_dense", self.dense_state_)
+        return Compiled("plugins.p_players.exp_ix_m:exp_ix_m_dense", self.dense_state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """The bound of the class docstring after ``rounds`` rounds at the step

@@ -1,0 +1,1 @@
+"""Data sets: built-in CSVs, files, synthetic and grouped data."""

@@ -1,0 +1,1 @@
+"""Checkpoint metrics: the exact optimum OPT and group metrics."""

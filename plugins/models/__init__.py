@@ -1,0 +1,1 @@
+"""Models: per-row losses, gradients and their compiled forms."""

@@ -1,0 +1,1 @@
+"""p-players: the bandit and full-information players of the distribution p."""

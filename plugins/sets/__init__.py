@@ -1,0 +1,1 @@
+"""Constraint sets (the p-player's sets K)."""

@@ -1,0 +1,1 @@
+"""Solvers: the game and the field's direct solvers of the minimax problem."""

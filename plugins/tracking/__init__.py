@@ -1,0 +1,1 @@
+"""Trackers: the MLflow run hooks, the helper process and the run records."""

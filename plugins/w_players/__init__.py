@@ -1,0 +1,1 @@
+"""w-players: the online learners of the model parameters w."""
