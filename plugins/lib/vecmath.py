@@ -12,7 +12,10 @@ the loop around them with packed instructions (``<8 x double>`` on AVX-512,
 ``<4 x double>`` on AVX2). No fastmath flag is needed, by the callers or here.
 Beside them, ``extremes``: the largest and smallest entries (NaN if any is) in
 four interleaved scans, which a compiler without fastmath cannot otherwise
-overlap.
+overlap. And the two vector chores every kind shares: the Euclidean ball
+projection (``project_ball_inplace``, the w-players' and the solvers' last
+step) and the largest squared row norm of a data set (``max_row_sq_norm``, read
+in chunks from a memory map).
 
 * ``vexp``: ``x = k ln2 + r`` with ``k = rint(x / ln2)`` (rounded by adding
   ``1.5 * 2**52``, whose bits then hold ``k`` as an integer) and ``ln2`` split
@@ -64,6 +67,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
@@ -248,3 +252,29 @@ def extremes(x):  # pragma: no cover - compiled
     if nan:
         return math.nan, math.nan
     return max(max(top0, top1), max(top2, top3)), min(min(low0, low1), min(low2, low3))
+
+
+@njit(cache=True, error_model="numpy")
+def project_ball_inplace(w, radius):  # pragma: no cover - compiled
+    """``w <- w radius / ||w||`` if ``||w|| > radius`` (the sum of squares in
+    index order); nothing when ``radius`` is infinite."""
+    if radius == np.inf:
+        return
+    s = 0.0
+    for j in range(w.size):
+        s += w[j] * w[j]
+    if s > radius * radius:
+        f = radius / math.sqrt(s)
+        for j in range(w.size):
+            w[j] *= f
+
+
+def max_row_sq_norm(X, chunk: int = 65536) -> float:
+    """``max_i ||x_i||^2`` over the rows of ``X`` (an array or a memory map),
+    read ``chunk`` rows at a time."""
+    best = 0.0
+    for start in range(0, X.shape[0], chunk):
+        block = np.asarray(X[start:start + chunk], dtype=np.float64)
+        if block.size:
+            best = max(best, float(np.max(np.einsum("ij,ij->i", block, block))))
+    return best

@@ -12,10 +12,10 @@ import numpy as np
 from numba import njit
 
 import harness
+from plugins.lib.vecmath import project_ball_inplace
 from plugins.solvers.row_solver import RowSolver
 from plugins.solvers.spectral import (
     best_response_dense,
-    project_ball_inplace,
     row_data,
     row_grad,
     row_loss,

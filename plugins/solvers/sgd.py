@@ -45,9 +45,9 @@ from numba import njit
 import harness
 from harness import Param
 from plugins.lib.steps import check_scale, scale_param
+from plugins.lib.vecmath import project_ball_inplace
 from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver
 from plugins.solvers.spectral import (
-    project_ball_inplace,
     row_data,
     row_grad,
     row_loss,

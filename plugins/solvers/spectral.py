@@ -874,16 +874,3 @@ def row_data(problem) -> tuple[np.ndarray, np.ndarray]:
     return (np.ascontiguousarray(problem.X, dtype=np.float64),
             np.ascontiguousarray(problem.y, dtype=np.float64))
 
-
-@njit(cache=True, error_model="numpy")
-def project_ball_inplace(w, radius):  # pragma: no cover - compiled
-    """``w <- w radius / ||w||`` if ``||w|| > radius``."""
-    if radius == np.inf:
-        return
-    s = 0.0
-    for j in range(w.size):
-        s += w[j] * w[j]
-    if s > radius * radius:
-        f = radius / math.sqrt(s)
-        for j in range(w.size):
-            w[j] *= f
