@@ -16,7 +16,7 @@ of clipped losses is counted (``n_clipped``) and logged, never silent.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -24,7 +24,7 @@ from numba import njit
 import harness
 from harness import Param, stream
 from harness.engine import Compiled, replaces
-from plugins.lib.vecmath import vexp, vlog
+from plugins.lib.vecmath import max_row_sq_norm, vexp, vlog
 
 _SCALE = Param(float, low=0.0, low_open=True, nullable=True,
                doc="divide losses by this; None: the proven bound (no clipping)")
@@ -54,7 +54,7 @@ class _ScaledLoss:
         out = self._batch_losses(state, np.ascontiguousarray(w, dtype=np.float64),
                                  np.ascontiguousarray(X, dtype=np.float64),
                                  np.ascontiguousarray(y), np.arange(len(y)))
-        self.n_clipped += int(state[2][0])
+        self.n_clipped += int(state.clipped[0])
         return out
 
     def grad(self, w, X, y, weights):
@@ -65,10 +65,10 @@ class _ScaledLoss:
                                 np.ascontiguousarray(y), np.arange(len(y)),
                                 np.ascontiguousarray(weights, dtype=np.float64))
 
-    def _batch_state(self) -> tuple:
+    def _batch_state(self) -> ModelState:
         """The kernels' state for one batch: no scratch, no values kept between calls."""
-        return (float(self.scale_), bool(self.clips_), np.zeros(1, dtype=np.int64),
-                int(getattr(self, "C_", 1)), np.empty(0), np.full(1, -1, dtype=np.int64))
+        return ModelState(float(self.scale_), bool(self.clips_), np.zeros(1, dtype=np.int64),
+                          int(getattr(self, "C_", 1)), np.empty(0), np.full(1, -1, dtype=np.int64))
 
     def value_and_grad(self, w, X, y, weights):
         """``sum_i weights_i raw_loss_i / scale`` and its gradient, never clipped (convex)."""
@@ -76,21 +76,22 @@ class _ScaledLoss:
         return value / self.scale_, grad / self.scale_
 
     def compiled(self) -> Compiled | None:
-        """The compiled form (``harness.engine``): ``losses`` and ``grad`` as
-        kernels on ``(scale, clips, clip count, classes, scratch, fresh)``;
-        ``losses`` leaves the rows' residuals (or log-probabilities and probabilities) in
-        ``scratch`` for the ``grad`` that follows it. The clip count is
-        written back to ``n_clipped`` after each compiled call."""
+        """The compiled form (``harness.engine``): kernels on a ``ModelState``.
+        Batch roles ``losses`` and ``grad``: ``losses`` leaves the rows' residuals
+        (or log-probabilities and probabilities) in ``scratch`` for the ``grad``
+        that follows it, and the clip count is written back to ``n_clipped``
+        after each compiled call. Row roles ``row_loss``, ``row_grad`` and
+        ``row_scratch`` (``harness.protocols.Model``): one row, never clipped."""
         if replaces(self, _ScaledLoss, ("losses", "grad")):
             return None
         classes = int(getattr(self, "C_", 1))
-        state = (float(self.scale_), bool(self.clips_),
-                 np.array([self.n_clipped], dtype=np.int64), classes,
-                 np.empty(2 * int(getattr(self, "rows_", 0)) * classes),
-                 np.full(1, -1, dtype=np.int64))
+        state = ModelState(float(self.scale_), bool(self.clips_),
+                           np.array([self.n_clipped], dtype=np.int64), classes,
+                           np.empty(2 * int(getattr(self, "rows_", 0)) * classes),
+                           np.full(1, -1, dtype=np.int64))
 
         def store(state) -> None:
-            self.n_clipped = int(state[2][0])
+            self.n_clipped = int(state.clipped[0])
 
         return Compiled(self.kernels, state, store)
 
@@ -101,13 +102,9 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
-def _row_norm_bound(X: np.ndarray, chunk: int = 65536) -> float:
-    """``max_i ||(x_i, 1)||_2``, read in chunks."""
-    best = 0.0
-    for start in range(0, X.shape[0], chunk):
-        block = np.asarray(X[start:start + chunk], dtype=np.float64)
-        best = max(best, float(np.max(np.einsum("ij,ij->i", block, block))))
-    return math.sqrt(best + 1.0)
+def _row_norm_bound(X: np.ndarray) -> float:
+    """``max_i ||(x_i, 1)||_2``."""
+    return math.sqrt(max_row_sq_norm(X) + 1.0)
 
 
 class LinearMSE(_ScaledLoss):
@@ -231,10 +228,33 @@ class LogisticCEL(_ScaledLoss):
         return {"accuracy": hits / y.size,
                 "max_loss": float(raw.max()), "mean_loss": float(raw.mean())}
 
-
 # ---------------------------------------------------------------------------
 # compiled forms (harness.engine): the same arithmetic on the rows of one round
 # ---------------------------------------------------------------------------
+# Two kinds of kernel share one arithmetic per row (``_linear_residual``,
+# ``_logits_row`` and ``_log_softmax_columns``, ``_put_outer``/``_add_outer``):
+# the batch roles ``<prefix>_losses``/``<prefix>_grad`` of the game's round
+# (with BLAS products from ``BLAS_ROWS`` rows on), and the row roles
+# ``<prefix>_row_loss``/``<prefix>_row_grad``/``<prefix>_row_scratch`` of the
+# solvers that step on one row at a time (``harness.protocols.Model``).
+
+
+class ModelState(NamedTuple):
+    """The compiled models' state ``ms`` (``compiled().state``), read by name.
+
+    ``scale``: the divisor of raw losses; ``clips``: whether the scale is
+    below the proven bound (batch losses above it are clipped at 1);
+    ``clipped``: the count of clipped losses (one int64); ``classes``: C (1
+    for the squared error); ``scratch``: per-row values ``losses`` leaves for
+    the ``grad`` that follows it; ``fresh``: the number of rows those values
+    are of (one int64; -1 when there are none)."""
+
+    scale: float
+    clips: bool
+    clipped: np.ndarray
+    classes: int
+    scratch: np.ndarray
+    fresh: np.ndarray
 
 
 @njit(cache=True, error_model="numpy")
@@ -287,7 +307,7 @@ def _rows_of(X, rows):  # pragma: no cover - compiled
 def _cached(ms, rows, width):  # pragma: no cover - compiled
     """The per-row values ``losses`` left for ``grad`` (the driver calls ``grad``
     right after ``losses``, with the same ``w`` and rows), or an empty array."""
-    scratch, fresh = ms[4], ms[5]
+    scratch, fresh = ms.scratch, ms.fresh
     if fresh[0] == rows.size and rows.size * width <= scratch.size:
         fresh[0] = -1
         return scratch[:rows.size * width]
@@ -296,9 +316,9 @@ def _cached(ms, rows, width):  # pragma: no cover - compiled
 
 @njit(cache=True, error_model="numpy")
 def _scaled(ms, raw):  # pragma: no cover - compiled
-    """``raw / scale`` in place, clipped at 1 (and counted in ``ms[2]``) when the
-    scale is below the proven bound: ``_ScaledLoss.losses`` of both models."""
-    scale, clips, clipped = ms[0], ms[1], ms[2]
+    """``raw / scale`` in place, clipped at 1 (and counted in ``ms.clipped``) when
+    the scale is below the proven bound: ``_ScaledLoss.losses`` of both models."""
+    scale, clips, clipped = ms.scale, ms.clips, ms.clipped
     for j in range(raw.size):
         v = raw[j] / scale
         if clips and v > 1.0:
@@ -308,35 +328,61 @@ def _scaled(ms, raw):  # pragma: no cover - compiled
     return raw
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _put_outer(g, base, a, x, d):  # pragma: no cover - compiled
+    """``g[base:base + d + 1] = a (x, 1)`` (one row's gradient block)."""
+    gb = g[base:base + d]  # views: the loop vectorises
+    for i in range(d):
+        gb[i] = a * x[i]
+    g[base + d] = a
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _add_outer(g, base, a, x, d, bias):  # pragma: no cover - compiled
+    """``g[base:base + d] += a x`` and, with ``bias``, ``g[base + d] += a``."""
+    gb = g[base:base + d]  # views: the loop vectorises (2x faster)
+    for i in range(d):
+        gb[i] += a * x[i]
+    if bias:
+        g[base + d] += a
+
+
+# --- squared error --------------------------------------------------------
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _linear_residual(x, w, d, target):  # pragma: no cover - compiled
+    """``<theta, x> + b - target`` of one row (no ``b`` when ``w`` has ``d``
+    entries): the squared error's arithmetic, for both kinds of kernel."""
+    b = w[d] if w.size > d else 0.0
+    return _dot(x, w, d) + b - target
+
+
 @njit(cache=True, error_model="numpy")
 def _linear_raw(ms, w, X, y, rows):  # pragma: no cover - compiled
-    """Residuals ``<theta, x_i> + b - y_i`` of ``rows`` (no ``b`` when ``w`` has
-    ``d`` entries), kept for the next ``grad``."""
+    """Residuals ``<theta, x_i> + b - y_i`` of ``rows``, kept for the next ``grad``."""
     d = X.shape[1]
-    b = w[d] if w.size > d else 0.0
-    scratch, fresh = ms[4], ms[5]
+    scratch, fresh = ms.scratch, ms.fresh
     r = scratch[:rows.size] if rows.size <= scratch.size else np.empty(rows.size)
     if rows.size >= BLAS_ROWS:
-        _linear_blas(w, X, rows, r)
+        _linear_blas(w, X, y, rows, r)
     else:
-        theta = w[:d]
         for j in range(rows.size):
-            r[j] = _dot(X[rows[j]], theta, d)
-    for j in range(rows.size):
-        r[j] = r[j] + b - y[rows[j]]
+            r[j] = _linear_residual(X[rows[j]], w, d, y[rows[j]])
     fresh[0] = rows.size if rows.size <= scratch.size else -1
     return r
 
 
 @njit(cache=True, error_model="numpy")
-def _linear_blas(w, X, rows, out):  # pragma: no cover - compiled
-    """``<theta, x_i>`` of ``rows`` into ``out`` by BLAS. Apart from the loop
-    over few rows: a function holding both paths paid 0.9 us per call on the
-    loop's path too."""
+def _linear_blas(w, X, y, rows, out):  # pragma: no cover - compiled
+    """The residuals of ``rows`` into ``out``, ``<theta, x_i>`` by BLAS. Apart from
+    the loop over few rows: a function holding both paths paid 0.9 us per call
+    on the loop's path too."""
     d = X.shape[1]
+    b = w[d] if w.size > d else 0.0
     z = np.dot(_rows_of(X, rows), np.ascontiguousarray(w[:d]))
     for j in range(rows.size):
-        out[j] = z[j]
+        out[j] = z[j] + b - y[rows[j]]
 
 
 @njit(cache=True, error_model="numpy")
@@ -353,12 +399,12 @@ def linear_mse_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
 @njit(cache=True, error_model="numpy")
 def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     """``LinearMSE.grad``: ``sum_j weights_j grad loss_j`` of ``rows`` (clipped rows: zero)."""
-    scale, clips = ms[0], ms[1]
+    scale, clips = ms.scale, ms.clips
     d = X.shape[1]
     r = _cached(ms, rows, 1)
     if r.size == 0 and rows.size > 0:
         r = _linear_raw(ms, w, X, y, rows)
-        ms[5][0] = -1
+        ms.fresh[0] = -1
     g = np.zeros(w.size)
     bias = w.size > d
     if rows.size >= BLAS_ROWS:
@@ -367,12 +413,7 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
         for j in range(rows.size):
             if weights[j] == 0.0 or (clips and r[j] * r[j] > scale):
                 continue  # no gradient formed: it would enter the sum times 0
-            s = 2.0 * weights[j] * r[j]
-            x, gd = X[rows[j]], g[:d]  # views: the loop vectorises (2x faster)
-            for c in range(d):
-                gd[c] += s * x[c]
-            if bias:
-                g[d] += s
+            _add_outer(g, 0, 2.0 * weights[j] * r[j], X[rows[j]], d, bias)
     for c in range(w.size):
         g[c] /= scale
     return g
@@ -381,7 +422,7 @@ def linear_mse_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
 @njit(cache=True, error_model="numpy")
 def _linear_grad_blas(ms, X, rows, weights, r, g):  # pragma: no cover - compiled
     """``linear_mse_grad``'s sum over many rows by BLAS, into ``g`` (unscaled)."""
-    scale, clips = ms[0], ms[1]
+    scale, clips = ms.scale, ms.clips
     d = X.shape[1]
     coef = np.empty(rows.size)
     total = 0.0
@@ -395,36 +436,67 @@ def _linear_grad_blas(ms, X, rows, weights, r, g):  # pragma: no cover - compile
 
 
 @njit(cache=True, error_model="numpy")
-def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
-    """Log-softmax of the logits of ``rows`` (``C x (d + 1)`` row-major ``w``),
-    class-major (entry ``c * rows + j``: each class's values of the rows in
-    one run, so the passes below run across the rows and vectorise), then
-    the softmax ``exp(z_c - top) / total`` (the terms of the log's sum,
-    divided: no second ``exp``) after it; both kept for the next ``grad``.
-    ``exp`` and ``log`` are ``vexp`` and ``vlog`` (``plugins.lib.vecmath``),
-    which vectorise."""
+def linear_mse_row_loss(ms, X, y, i, w, z):  # pragma: no cover - compiled
+    """Row role: ``(<theta, x_i> + b - y_i)^2 / scale``, never clipped; the
+    residual is left in ``z[0]`` for ``linear_mse_row_grad``."""
+    r = _linear_residual(X[i], w, X.shape[1], y[i])
+    z[0] = r
+    return r * r / ms.scale
+
+
+@njit(cache=True, error_model="numpy")
+def linear_mse_row_grad(ms, X, y, i, w, z, g):  # pragma: no cover - compiled
+    """Row role: the scaled gradient ``2 r_i (x_i, 1) / scale`` into ``g``, from
+    the residual ``linear_mse_row_loss`` left in ``z``."""
     d = X.shape[1]
-    R = rows.size
-    scratch, fresh = ms[4], ms[5]
-    size = R * C
-    both = scratch[:2 * size] if 2 * size <= scratch.size else np.empty(2 * size)
-    logp, prob = both[:size], both[size:]
-    if R >= BLAS_ROWS:
-        _logits_blas(w, X, rows, C, logp)
+    a = 2.0 * z[0] / ms.scale
+    if w.size > d:
+        _put_outer(g, 0, a, X[i], d)
     else:
-        for j in range(R):
-            x = X[rows[j]]
-            for c in range(C):
-                logp[c * R + j] = _dot(x, w[c * (d + 1):c * (d + 1) + d], d)
-    top = np.full(R, -np.inf)
+        gd = g[:d]
+        x = X[i]
+        for c in range(d):
+            gd[c] = a * x[c]
+
+
+@njit(cache=True, error_model="numpy")
+def linear_mse_row_scratch(ms):  # pragma: no cover - compiled
+    """Row role: the length of ``z`` (the residual)."""
+    return 1
+
+
+# --- softmax cross-entropy ------------------------------------------------
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _logits_row(x, w, d, C, out, R, j):  # pragma: no cover - compiled
+    """The logits ``<theta_c, x> + b_c`` of one row into ``out[c R + j]``
+    (class-major: a column of ``R`` rows per class)."""
+    D = d + 1
     for c in range(C):
-        bias = w[c * (d + 1) + d]
+        out[c * R + j] = _dot(x, w[c * D:c * D + d], d) + w[c * D + d]
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _log_softmax_columns(both, R, C, top, total):  # pragma: no cover - compiled
+    """The softmax's arithmetic, for both kinds of kernel: the logits of ``R``
+    rows, class-major in ``both[:R C]`` (entry ``c R + j``: each class's values
+    of the rows in one run, so the passes run across the rows and vectorise),
+    become their log-softmax ``z - top - log sum_c exp(z_c - top)``, and the
+    softmax ``exp(z_c - top) / total`` (the terms of the log's sum, divided:
+    no second ``exp``) goes to ``both[R C:2 R C]``. ``top`` and ``total`` (``R``
+    floats each) are work space. ``exp`` and ``log`` are ``vexp`` and ``vlog``
+    (``plugins.lib.vecmath``), which vectorise."""
+    size = R * C
+    logp, prob = both[:size], both[size:2 * size]
+    for j in range(R):
+        top[j] = -np.inf
+        total[j] = 0.0
+    for c in range(C):
         z = logp[c * R:(c + 1) * R]
         for j in range(R):
-            v = z[j] + bias
-            z[j] = v
+            v = z[j]
             top[j] = v if v > top[j] else top[j]
-    total = np.zeros(R)
     for c in range(C):
         z, e = logp[c * R:(c + 1) * R], prob[c * R:(c + 1) * R]
         for j in range(R):
@@ -439,14 +511,32 @@ def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
         for j in range(R):
             z[j] -= top[j]
             e[j] /= total[j]
+
+
+@njit(cache=True, error_model="numpy")
+def _logistic_logp(ms, w, X, y, rows, C):  # pragma: no cover - compiled
+    """Log-softmax and softmax of the logits of ``rows`` (``C x (d + 1)``
+    row-major ``w``), class-major (``_log_softmax_columns``); both kept for the
+    next ``grad``."""
+    d = X.shape[1]
+    R = rows.size
+    scratch, fresh = ms.scratch, ms.fresh
+    size = R * C
+    both = scratch[:2 * size] if 2 * size <= scratch.size else np.empty(2 * size)
+    if R >= BLAS_ROWS:
+        _logits_blas(w, X, rows, C, both)
+    else:
+        for j in range(R):
+            _logits_row(X[rows[j]], w, d, C, both, R, j)
+    _log_softmax_columns(both, R, C, np.empty(R), np.empty(R))
     fresh[0] = R if 2 * size <= scratch.size else -1
     return both
 
 
 @njit(cache=True, error_model="numpy")
 def _logits_blas(w, X, rows, C, out):  # pragma: no cover - compiled
-    """``Theta x_i`` of ``rows`` (no bias) into ``out``, class-major (``C x
-    rows``, flat), by BLAS (apart from the loop over few rows, as
+    """The logits ``Theta x_i + b`` of ``rows`` into ``out``, class-major (``C x
+    rows``, flat), ``Theta x_i`` by BLAS (apart from the loop over few rows, as
     ``_linear_blas``)."""
     d = X.shape[1]
     W = w.reshape((C, d + 1))
@@ -455,33 +545,34 @@ def _logits_blas(w, X, rows, C, out):  # pragma: no cover - compiled
     Z = np.dot(_rows_of(X, rows), np.ascontiguousarray(W[:, :d].T))
     R = rows.size
     for c in range(C):
+        b = W[c, d]
         for j in range(R):
-            out[c * R + j] = Z[j, c]
+            out[c * R + j] = Z[j, c] + b
 
 
 @njit(cache=True, error_model="numpy")
 def logistic_cel_losses(ms, w, X, y, rows):  # pragma: no cover - compiled
     """``LogisticCEL.losses`` of ``rows``: cross-entropy over the scale, clipped at 1
     (and counted) when the scale is below the proven bound."""
-    C = ms[3]
+    C = ms.classes
     R = rows.size
     logp = _logistic_logp(ms, w, X, y, rows, C)[:R * C]
     raw = np.empty(R)
     for j in range(R):
-        raw[j] = -logp[y[rows[j]] * R + j]
+        raw[j] = -logp[int(y[rows[j]]) * R + j]
     return _scaled(ms, raw)
 
 
 @njit(cache=True, error_model="numpy")
 def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compiled
     """``LogisticCEL.grad``: ``(softmax - onehot) weights`` packed as ``C x (d + 1)``."""
-    scale, clips, C = ms[0], ms[1], ms[3]
+    scale, clips, C = ms.scale, ms.clips, ms.classes
     d = X.shape[1]
     R = rows.size
     both = _cached(ms, rows, 2 * C)
     if both.size == 0 and R > 0:
         both = _logistic_logp(ms, w, X, y, rows, C)
-        ms[5][0] = -1
+        ms.fresh[0] = -1
     size = R * C
     logp, prob = both[:size], both[size:2 * size]
     g = np.zeros(C * (d + 1))
@@ -489,7 +580,7 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
         _logistic_grad_blas(ms, X, y, rows, weights, logp, prob, g)
     else:
         for j in range(R):
-            label = y[rows[j]]
+            label = int(y[rows[j]])
             if weights[j] == 0.0 or (clips and -logp[label * R + j] > scale):
                 continue  # no gradient formed: it would enter the sum times 0
             x = X[rows[j]]
@@ -497,12 +588,7 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
                 s = prob[c * R + j]
                 if c == label:
                     s -= 1.0
-                s *= weights[j]
-                base = c * (d + 1)
-                gc = g[base:base + d]  # views: the loop vectorises (2x faster)
-                for i in range(d):
-                    gc[i] += s * x[i]
-                g[base + d] += s
+                _add_outer(g, c * (d + 1), s * weights[j], x, d, True)
     for c in range(C * (d + 1)):
         g[c] /= scale
     return g
@@ -512,16 +598,16 @@ def logistic_cel_grad(ms, w, X, y, rows, weights):  # pragma: no cover - compile
 def _logistic_grad_blas(ms, X, y, rows, weights, logp, prob, g):  # pragma: no cover
     """``logistic_cel_grad``'s sum over many rows by BLAS, into ``g`` (unscaled):
     ``G = (softmax - onehot) weights`` class-major, then ``G X``."""
-    scale, clips, C = ms[0], ms[1], ms[3]
+    scale, clips, C = ms.scale, ms.clips, ms.classes
     d = X.shape[1]
     R = rows.size
     G = np.empty((C, R))
     for c in range(C):
         for j in range(R):
-            G[c, j] = (prob[c * R + j] - (1.0 if y[rows[j]] == c else 0.0)) * weights[j]
+            G[c, j] = (prob[c * R + j] - (1.0 if int(y[rows[j]]) == c else 0.0)) * weights[j]
     if clips:
         for j in range(R):
-            if -logp[y[rows[j]] * R + j] > scale:
+            if -logp[int(y[rows[j]]) * R + j] > scale:
                 for c in range(C):
                     G[c, j] = 0.0
     GX = np.dot(G, _rows_of(X, rows))
@@ -533,6 +619,38 @@ def _logistic_grad_blas(ms, X, y, rows, weights, logp, prob, g):  # pragma: no c
         for i in range(d):
             g[base + i] = GX[c, i]
         g[base + d] = total
+
+
+@njit(cache=True, error_model="numpy")
+def logistic_cel_row_loss(ms, X, y, i, w, z):  # pragma: no cover - compiled
+    """Row role: the cross-entropy of row ``i`` over the scale, never clipped
+    (``_log_softmax_columns`` on one row); the log-softmax and the softmax are
+    left in ``z[:2C]`` for ``logistic_cel_row_grad``."""
+    C = ms.classes
+    _logits_row(X[i], w, X.shape[1], C, z, 1, 0)
+    _log_softmax_columns(z, 1, C, z[2 * C:2 * C + 1], z[2 * C + 1:2 * C + 2])
+    return -z[int(y[i])] / ms.scale
+
+
+@njit(cache=True, error_model="numpy")
+def logistic_cel_row_grad(ms, X, y, i, w, z, g):  # pragma: no cover - compiled
+    """Row role: the scaled gradient ``(softmax - e_{y_i}) kron (x_i, 1) / scale``
+    into ``g``, from the softmax ``logistic_cel_row_loss`` left in ``z``."""
+    C = ms.classes
+    d = X.shape[1]
+    label = int(y[i])
+    x = X[i]
+    for c in range(C):
+        s = z[C + c]
+        if c == label:
+            s -= 1.0
+        _put_outer(g, c * (d + 1), s / ms.scale, x, d)
+
+
+@njit(cache=True, error_model="numpy")
+def logistic_cel_row_scratch(ms):  # pragma: no cover - compiled
+    """Row role: the length of ``z`` (log-softmax, softmax, two work floats)."""
+    return 2 * ms.classes + 2
 
 
 @harness.hookimpl
