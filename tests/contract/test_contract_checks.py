@@ -201,7 +201,7 @@ def test_a_set_of_unknown_lp_form_is_skipped_with_a_reason(with_broken_plugins):
 
 def test_a_misspelt_plugin_name_is_an_error():
     registry = contract.REGISTRY
-    with pytest.raises(contract.SelectionError, match=r"\['some_typo'\].*'plugins\.kset'"):
+    with pytest.raises(contract.SelectionError, match=r"\['some_typo'\].*'plugins\.sets\.kset'"):
         contract._selection("plugins.sets.kset,some_typo", registry)
     with pytest.raises(contract.SelectionError, match="register no constraint set"):
         contract._selection("plugins.tracking.mlflow_tracking", registry)
