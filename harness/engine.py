@@ -40,6 +40,8 @@ kernels into the loop.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -156,28 +158,191 @@ def _split(ref: str) -> tuple[str, str]:
     return module, prefix
 
 
-def _source_digest(source: str, modules: list[str]) -> str:
-    """A hash of the kernels' modules and of the shared numerics they call
-    (numba does not see a change in a called function when it reads a cached
-    caller, so the driver's file name changes with their sources instead).
-    This recompiles the driver only: a kernel cached in its own module keeps
-    what it compiled in from another module (an inlined ``vexp``, say) until
-    its own file changes, so after editing such a module delete the numba
-    caches (``docs/plugins.md``); an installed release changes every file."""
-    digest = hashlib.sha256(source.encode())
-    files = set()
+def kernel_modules(modules: list[str]) -> list[str]:
+    """The modules named and every module they import, transitively, from the
+    same top-level packages (a third party's ``mykernels.shared``, the
+    built-ins' ``plugins.lib``), dependencies first.
+
+    Imports are read from each module's source (``ast``), not from its
+    namespace: an import the namespace does not show (``import pkg.helper``
+    binds ``pkg``; a name rebound later; an import inside a function) is
+    still found, no ``__module__`` of a numba dispatcher need be trusted, and
+    nothing is imported to find them. Packages outside (numpy, numba,
+    ``harness``) change with an installed release, which rewrites every file."""
+    return list(_import_graph(modules))
+
+
+def _import_graph(modules: list[str]) -> dict[str, list[str]]:
+    """``kernel_modules``' modules (in that order), each with the modules it
+    imports from those packages."""
+    tops = {name.partition(".")[0] for name in modules}
+    graph: dict[str, list[str]] = {}
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        path = _source_file(name)
+        if path is None:
+            return
+        deps = sorted(found for found in _imports(name, path, tops) if found != name)
+        for dep in deps:
+            visit(dep)
+        graph[name] = [dep for dep in deps if dep in seen]
+
     for name in modules:
+        visit(name)
+    return graph
+
+
+def _closure(graph: dict[str, list[str]], name: str) -> set[str]:
+    """The modules ``name`` imports, directly or not (itself excluded)."""
+    found: set[str] = set()
+    todo = list(graph.get(name, ()))
+    while todo:
+        dep = todo.pop()
+        if dep not in found and dep != name:
+            found.add(dep)
+            todo.extend(graph.get(dep, ()))
+    return found
+
+
+def _source_file(name: str) -> Path | None:
+    try:
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            files.add(Path(spec.origin))
-    lib = importlib.util.find_spec("plugins.lib")
-    if lib is not None and lib.submodule_search_locations:
-        for folder in lib.submodule_search_locations:
-            files.update(Path(folder).glob("*.py"))
-    for path in sorted(files):
+    except (ImportError, ValueError):  # a name that is no module (a function's)
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+_IMPORTS: dict[tuple[str, Path, int, int], list[tuple[str, tuple[str, ...]]]] = {}
+
+
+def _imports(name: str, path: Path, tops: set[str]) -> set[str]:
+    """The absolute names of the modules of packages ``tops`` that ``path``
+    (module ``name``) imports; ``from pkg import helper`` counts the submodule
+    ``pkg.helper`` where there is one, else ``pkg``."""
+    info = path.stat()
+    key = (name, path, info.st_mtime_ns, info.st_size)
+    if key not in _IMPORTS:  # parsed once per process and version of the file
+        _IMPORTS[key] = _read_imports(name, path)
+    found: set[str] = set()
+    for base, names in _IMPORTS[key]:
+        if base.partition(".")[0] not in tops:
+            continue
+        found.add(base)
+        found.update(f"{base}.{alias}" for alias in names
+                     if _source_file(f"{base}.{alias}") is not None)
+    return found
+
+
+def _read_imports(name: str, path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """``(module, names)`` of each import statement of ``path``, made absolute
+    (``import a.b``: ``("a.b", ())``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for node in _statements(ast.parse(path.read_bytes(), str(path)).body):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, ()) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""),
+                                                   package) if node.level else node.module
+            except ImportError:  # a relative import beyond the top-level package
+                continue
+            found.append((base, tuple(a.name for a in node.names if a.name != "*")))
+    return found
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement of ``body``, nested ones included (no expressions: an
+    import is a statement, and walking every expression node costs 3x more)."""
+    for node in body:
+        yield node
+        for key in ("body", "orelse", "finalbody", "handlers", "cases"):
+            inner = getattr(node, key, None)
+            if inner:
+                yield from _statements(inner)
+
+
+def _digest(files: list[Path], text: str = "") -> str:
+    digest = hashlib.sha256(text.encode())
+    for path in sorted(set(files)):
         digest.update(str(path).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def source_digest(source: str, modules: list[str]) -> str:
+    """A hash of ``source`` (a generated driver's) and of the sources of the
+    kernels' ``modules`` and everything they import from their own packages
+    (``kernel_modules``): numba does not see a change in a called function
+    when it reads a cached caller, so the driver's file name changes with
+    every file its machine code may hold inlined."""
+    files = [_source_file(name) for name in kernel_modules(modules)]
+    return _digest([path for path in files if path is not None], source)
+
+
+#: beside numba's cache files of a module: the hash of the sources that
+#: module's cached kernels compiled in (``refresh_numba_caches``)
+STAMP_SUFFIX = ".minimax-bench-deps"
+
+
+def refresh_numba_caches(modules: list[str]) -> list[str]:
+    """Recompile the cached numba kernels (``cache=True``) of ``modules`` and of
+    the modules they import (``kernel_modules``) whose imported sources changed
+    since numba cached them; returns the names of the modules recompiled.
+
+    numba keys a kernel's cache on its own file only: a kernel that inlined
+    ``helper.f`` keeps the old ``f`` after ``helper.py`` changes, in every
+    later process. So a stamp file beside the module's numba cache files
+    (``<module>`` + ``STAMP_SUFFIX``, in numba's own cache folder:
+    ``__pycache__`` or ``$NUMBA_CACHE_DIR``) holds the hash of the sources
+    the module imports; where it differs (or is missing while numba holds
+    cached kernels of the module), each module-level dispatcher is
+    recompiled (numba's ``Dispatcher.recompile``: its cache index is emptied
+    and what this process already compiled is compiled afresh) and the stamp
+    is rewritten. Dependencies come first, so a kernel recompiles against its
+    helpers' new code. Kernels made by a factory (not module-level) are not
+    seen."""
+    from numba.core.dispatcher import Dispatcher
+
+    graph = _import_graph(modules)
+    done: list[str] = []
+    for name in graph:
+        deps = [_source_file(dep) for dep in _closure(graph, name)]
+        deps = [path for path in deps if path is not None]
+        if not deps:  # numba itself sees a change of the module's own file
+            continue
+        module = importlib.import_module(name)
+        kernels = [value for value in vars(module).values()
+                   if isinstance(value, Dispatcher) and value.py_func.__module__ == name
+                   and hasattr(value._cache, "cache_path")]  # cache=True only
+        if not kernels:
+            continue
+        digest = _digest(deps)
+        stamp = Path(kernels[0]._cache.cache_path) / f"{name.rpartition('.')[2]}{STAMP_SUFFIX}"
+        with contextlib.suppress(OSError):
+            if stamp.read_text() == digest:
+                continue
+        if any(kernel.overloads or _has_index(kernel) for kernel in kernels):
+            for kernel in kernels:
+                kernel.recompile()
+            done.append(name)
+        with contextlib.suppress(OSError):
+            tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
+            tmp.write_text(digest)
+            os.replace(tmp, stamp)
+    return done
+
+
+def _has_index(kernel: Any) -> bool:
+    """Whether numba holds a cache index of ``kernel`` on disk (True if unknown)."""
+    index = getattr(getattr(kernel._cache, "_cache_file", None), "_index_path", None)
+    return index is None or Path(index).is_file()
 
 
 _DRIVERS: dict[tuple[str, str, str], Callable[..., Any]] = {}
@@ -185,15 +350,19 @@ _DRIVERS: dict[tuple[str, str, str], Callable[..., Any]] = {}
 
 def driver(p_kernels: str, m_kernels: str, w_kernels: str) -> Callable[..., Any]:
     """The compiled driver for one combination of kernels, generated (once per
-    combination and version of the kernels' sources) into ``cache_dir()``;
-    numba caches its machine code beside it."""
+    combination and version of the kernels' sources, ``source_digest``) into
+    ``cache_dir()``; numba caches its machine code beside it. The kernels'
+    own numba caches are refreshed first (``refresh_numba_caches``): an edit
+    of any module they import recompiles what inlined it, nothing is deleted
+    by hand."""
     key = (p_kernels, m_kernels, w_kernels)
     if key in _DRIVERS:
         return _DRIVERS[key]
     (p_mod, p_pre), (m_mod, m_pre), (w_mod, w_pre) = map(_split, key)
     source = _TEMPLATE.format(p_mod=p_mod, p_pre=p_pre, m_mod=m_mod, m_pre=m_pre,
                               w_mod=w_mod, w_pre=w_pre)
-    tag = _source_digest(source, [p_mod, m_mod, w_mod])
+    refresh_numba_caches([p_mod, m_mod, w_mod])  # before the driver compiles against them
+    tag = source_digest(source, [p_mod, m_mod, w_mod])
     name = f"mmb_driver_{p_pre}_{m_pre}_{w_pre}_{tag}"
     path = cache_dir() / f"{name}.py"
     if not path.is_file() or path.read_text() != source:
