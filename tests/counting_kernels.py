@@ -1,34 +1,38 @@
 """An independent count of the row evaluations of the row solvers (``prospect``,
 ``lsvrg``, ``sgd``), for ``test_counters``.
 
-The solvers' kernels evaluate the model only through three row kernels of
-``plugins.solvers.spectral``: ``row_loss`` (one row's loss at a point: a data
-point), ``row_grad`` (that row's gradient at the same point, from what its
-evaluation left in the scratch ``z``: a gradient formed) and
-``row_loss_grad`` (both). Compiled, the solvers' kernels call them directly;
-with numba's JIT disabled (``NUMBA_DISABLE_JIT=1``, set before numba is
-imported) every kernel is its Python source and looks those names up in its
-module at each call, so wrappers put there see every call. ``Tally`` counts
-them and checks what a count assumes: no row is evaluated twice at one point
-in one step (the step read from the solver's own step counter), and every
-gradient is formed from the evaluation of its own row that came last, once.
+The solvers' kernels (``plugins/solvers/<solver>_kernels.py``, specialised per
+model by ``plugins.solvers.row_solver.row_kernels``, ``harness.kernels``)
+evaluate the model only through the names ``m_row_loss`` (one row's loss at
+a point: a data point) and ``m_row_grad`` (that row's gradient at the same
+point, from what its evaluation left in the scratch ``z``: a gradient
+formed). ``instrument`` specialises the solver's template a third way: as
+plain Python (``njit`` the identity), with those names bound to the wrappers
+``counted_row_loss`` and ``counted_row_grad`` here, which tell a ``Tally``
+and call the model's compiled row roles; the solver then runs that module.
+``Tally`` counts the calls and checks what a count assumes: no row is
+evaluated twice at one point in one step (the step read from the solver's
+own step counter), and every gradient is formed from the evaluation of its
+own row that came last, once.
 
-Run as a script under ``NUMBA_DISABLE_JIT=1``, it runs each case of ``CASES``
-(``setup`` and then ``advance`` to each target) and prints, as JSON, per
-case: after setup and each target the solver's ``data_points`` and
-``grad_evals`` and the tally's counts, and the final iterate.
+``run_case`` runs a case of ``CASES`` (``setup`` and then ``advance`` to each
+target) and returns, after setup and each target, the solver's
+``data_points`` and ``grad_evals`` (and the tally's counts), and the final
+iterate.
 """
 
 from __future__ import annotations
 
-import json
+import importlib
 import math
-import sys
+from typing import Any, NamedTuple
 
 import numpy as np
 
 import harness
+from harness.kernels import INTERPRETED, specialise
 from harness.problem import Problem
+from plugins.solvers.row_solver import compiled_rows
 
 #: (solver, model, nu, radius, k, batch): n = 40 rows of yacht, mu = 1/n
 CASES = [
@@ -107,33 +111,42 @@ class Tally:
         self.gradients += 1
 
 
-def instrument(tally: Tally) -> None:
-    """Wrap the row kernels where the solvers' kernels look them up."""
-    import plugins.solvers.lsvrg
-    import plugins.solvers.prospect
-    import plugins.solvers.sgd
-    from plugins.solvers import spectral
+class Counted(NamedTuple):
+    """The ``ms`` of the counting kernels: the tally, the model's compiled row
+    roles and their state."""
 
-    loss, grad, both = spectral.row_loss, spectral.row_grad, spectral.row_loss_grad
+    tally: Tally
+    loss: Any
+    grad: Any
+    scratch: Any
+    inner: Any
 
-    def row_loss(spec, X, y, i, w, z):
-        tally.loss(i, w, z)
-        return loss(spec, X, y, i, w, z)
 
-    def row_grad(spec, X, y, i, z, g):
-        tally.grad(i, z)
-        return grad(spec, X, y, i, z, g)
+def counted_row_loss(ms, X, y, i, w, z):
+    ms.tally.loss(i, w, z)
+    return ms.loss(ms.inner, X, y, i, w, z)
 
-    def row_loss_grad(spec, X, y, i, w, g, z):
-        tally.loss(i, w, z)
-        tally.grad(i, z)
-        return both(spec, X, y, i, w, g, z)
 
-    for module in (plugins.solvers.prospect, plugins.solvers.lsvrg, plugins.solvers.sgd):
-        for name, wrapper in (("row_loss", row_loss), ("row_grad", row_grad),
-                              ("row_loss_grad", row_loss_grad)):
-            if hasattr(module, name):
-                setattr(module, name, wrapper)
+def counted_row_grad(ms, X, y, i, w, z, g):
+    ms.tally.grad(i, z)
+    return ms.grad(ms.inner, X, y, i, w, z, g)
+
+
+def counted_row_scratch(ms):
+    return ms.scratch(ms.inner)
+
+
+def instrument(tally: Tally, solver, problem) -> None:
+    """Make ``solver`` run its template as plain Python through the counting
+    wrappers, on the model's compiled row roles (module docstring)."""
+    (module, prefix), inner = compiled_rows(problem.model)
+    kernels = importlib.import_module(module)
+    ms = Counted(tally, *(getattr(kernels, f"{prefix}_row_{role}")
+                          for role in ("loss", "grad", "scratch")), inner)
+    refs = {f"m_row_{role}": f"{__name__}:counted_row_{role}"
+            for role in ("loss", "grad", "scratch")}
+    solver._row_kernels = (problem.model, specialise(solver.template, refs, njit=INTERPRETED),
+                           ms)
 
 
 def run_case(case, tally: Tally | None = None) -> dict:
@@ -142,6 +155,7 @@ def run_case(case, tally: Tally | None = None) -> dict:
     problem = counting_problem(model, nu, radius, k)
     solver = make_solver(name, batch)
     if tally is not None:
+        instrument(tally, solver, problem)
         tally.clock = lambda: int(solver.counts_[STEP_COUNTER[name]]) \
             if hasattr(solver, "counts_") else -1
     counts = []
@@ -159,20 +173,3 @@ def run_case(case, tally: Tally | None = None) -> dict:
         solver.advance(problem, rng, until)
         record()
     return {"case": list(case), "counts": counts, "w": [float(v) for v in solver.w]}
-
-
-def main() -> None:
-    import numba
-
-    if not numba.config.DISABLE_JIT:
-        sys.exit("run with NUMBA_DISABLE_JIT=1: the compiled kernels bypass the wrappers")
-    out = []
-    for case in CASES:
-        tally = Tally()
-        instrument(tally)
-        out.append(run_case(case, tally))
-    print(json.dumps(out))
-
-
-if __name__ == "__main__":
-    main()

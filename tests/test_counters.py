@@ -5,9 +5,10 @@ counting once; ``grad_evals``: per-row gradients formed; ``passes``:
 data points over n (``docs/tracking.md``, Counters).
 
 * ``prospect``, ``lsvrg``, ``sgd``: their kernels evaluate the model only
-  through the row kernels of ``plugins.solvers.spectral``. A subprocess runs them
-  with numba's JIT disabled, where wrappers of those row kernels see every
-  call (``counting_kernels``), and checks the counters after setup and each
+  through the model's row roles (``m_row_loss``, ``m_row_grad`` of their
+  kernel templates, ``plugins.solvers.row_solver``). Each case runs its
+  template as plain Python with those names bound to wrappers that see every
+  call (``counting_kernels``) and checks the counters after setup and each
   ``advance`` against the calls seen; the compiled run of each case must
   then give the same counters and iterate (so the count holds for the
   compiled path, which nothing can wrap).
@@ -19,34 +20,23 @@ data points over n (``docs/tracking.md``, Counters).
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from counting_kernels import CASES, counting_problem, run_case
+from counting_kernels import CASES, Tally, counting_problem, run_case
 
 from plugins.models.glm import LinearMSE
 from plugins.solvers.full_batch import FullBatch
 from plugins.solvers.lsvrg import LSVRG
 from plugins.solvers.prospect import Prospect
 
-HERE = Path(__file__).resolve().parent
-
 
 @pytest.fixture(scope="module")
 def python_counts():
-    """``counting_kernels`` run with the JIT disabled: per case, the counters and
-    the wrappers' counts after setup and each target."""
-    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
-    done = subprocess.run([sys.executable, str(HERE / "counting_kernels.py")], cwd=HERE,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {tuple(r["case"]): r for r in json.loads(done.stdout)}
+    """Per case, the counters and the wrappers' counts after setup and each
+    target, the solver's kernels run as plain Python through ``counting_kernels``."""
+    return {tuple(case): run_case(case, Tally()) for case in CASES}
 
 
 def _case_id(case) -> str:

@@ -411,11 +411,17 @@ def test_full_batch_refuses_what_it_has_no_step_or_guarantee_for():
     assert FullBatch(method="agd", lr=0.01).setup(P, 1000)["lr"] == 0.01
     with pytest.raises(ConfigError, match="smoothing"):
         FullBatch(method="agd", smoothing=0.1).setup(P, 1000)
-    # a model without a known smoothness: lr is required
+    # a model without row_smoothness or row_grad_bound: lr is required, and
+    # the message names what the model lacks
     other = _instance(20, 3, seed=11, nu=1.0, radius=1.0)
     other.model = SimpleNamespace(name="mystery", grad_bound=1.0, n_params=3, scale_=2.0)
-    with pytest.raises(ConfigError, match=r"full_batch.*\['linear_mse', 'logistic_cel'\]"):
+    with pytest.raises(ConfigError, match=r"full_batch.*'mystery'.*no row_smoothness and no "
+                                          r"row_grad_bound.*solver\.lr"):
         FullBatch().setup(other, 1000)
+    other.model.row_smoothness = lambda X: 1.0
+    with pytest.raises(ConfigError, match=r"'mystery' gives no row_grad_bound: give solver\.lr"):
+        FullBatch().setup(other, 1000)
+    assert FullBatch(lr=0.5).setup(other, 1000)["lipschitz"] == 2.0
 
 
 def test_full_batch_counts_every_evaluation():

@@ -17,8 +17,8 @@ from scipy import optimize
 import harness
 from harness.params import validate
 from harness.problem import Problem
-from plugins.solvers.sgd import SGD, ru_phi, ru_weight, sgd_row_grad
-from plugins.solvers.spectral import row_data
+from plugins.solvers.row_solver import row_data
+from plugins.solvers.sgd import SGD, ru_phi, ru_weight
 
 
 def yacht_problem(nu: float = 1.0, radius: float = math.inf, model: str = "linear_mse",
@@ -125,11 +125,12 @@ def _row_gradients(problem: Problem, w: np.ndarray, tau: float) -> tuple[np.ndar
     solver = SGD()
     solver.setup(problem, 0)
     X, y = row_data(problem)
+    kernels, ms = solver._kernels(problem)
     n, p = problem.n, problem.n_params
     gw, gt = np.empty((n, p)), np.empty(n)
-    g, z = np.empty(p), np.empty(max(solver.spec_[2], 1))
+    g, z = np.empty(p), np.empty(kernels.m_row_scratch(ms))
     for i in range(n):
-        s = sgd_row_grad(solver.spec_, X, y, i, w, tau, solver.caps_, solver.nu_, g, z)
+        s = kernels.sgd_row_grad(ms, X, y, i, w, tau, solver.caps_, solver.nu_, g, z)
         gw[i] = g + problem.mu * w
         gt[i] = 1.0 - s
     return gw, gt

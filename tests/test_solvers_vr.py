@@ -1,5 +1,5 @@
 """The variance-reduced solvers (``prospect``, ``lsvrg``) and their incremental
-best response (``plugins.solvers.spectral``): exactness against brute force and
+best response (``plugins.solvers.best_response``): exactness against brute force and
 against dense transcriptions of the algorithms, convergence to an independent
 optimum, bitwise resume, counters and refusals."""
 
@@ -15,10 +15,10 @@ from scipy import optimize
 import harness
 from harness.problem import Problem
 from plugins.lib.capped import capped_simplex_euclidean
+from plugins.solvers.best_response import BestResponse, best_response_dense
 from plugins.solvers.lsvrg import LSVRG
 from plugins.solvers.prospect import Prospect
 from plugins.solvers.sgd import SGD
-from plugins.solvers.spectral import BestResponse, best_response_dense
 
 SOLVERS = (Prospect, LSVRG)
 
@@ -259,16 +259,19 @@ def test_default_step_and_log():
 
 
 @pytest.mark.parametrize("cls", [*SOLVERS, SGD])
-def test_unsupported_model_is_refused(cls):
-    """A model other than linear_mse / logistic_cel: ConfigError naming the
-    solver, the model and the supported models."""
+def test_a_model_without_smoothness_needs_a_step(cls):
+    """A model whose ``row_smoothness(X)`` is None: without ``lr`` a ConfigError
+    naming the solver, the model, the missing constant and ``solver.lr``; with
+    it the solver runs (nu = 1, no ball: the default step is the smooth one)."""
     problem = yacht_problem()
-
-    class Hinge:
-        name = "hinge"
-
-    problem.model = Hinge()
+    problem.model.row_smoothness = lambda X: None
     with pytest.raises(harness.ConfigError) as err:
         cls().setup(problem, 0)
     text = str(err.value)
-    assert cls.name in text and "hinge" in text and "linear_mse" in text and "logistic_cel" in text
+    assert all(word in text for word in (cls.name, "linear_mse", "row_smoothness", "solver.lr"))
+    solver = cls(lr=1e-3)
+    solver.setup(problem, 0)
+    solver.advance(problem, np.random.default_rng(0), 3 * problem.n)
+    assert solver.data_points >= 3 * problem.n and np.all(np.isfinite(solver.w))
+
+

@@ -1,86 +1,38 @@
 """A deterministic full-batch baseline for the problem ``F`` (``harness.problem``):
 every gradient evaluation reads all n rows (n data points) and forms the
-gradients of the rows with a nonzero inner weight ``q_i``.
+gradients of the rows with a nonzero inner weight ``q_i``. It reads the model
+through its protocol only (``value_and_grad``, ``row_smoothness``, the
+optional ``row_grad_bound``), so any model runs under it.
 
 * ``agd`` (the default with a ball or with ``nu = 0``): Nesterov's accelerated
-  projected gradient (FISTA, Beck and Teboulle 2009) with the constant step
-  ``lr = 1/L_F`` (times ``lr_scale``), one gradient at the extrapolated point
-  ``y`` per iteration (no function values), projection onto the ball, and
-  O'Donoghue and Candes's (2015) gradient restart: the momentum is reset (``t =
-  1``, ``y = x``) when ``<grad at y_k, x_{k+1} - x_k> > 0``, which costs
-  nothing more.
-
-  *The constant.* ``F = phi(L(w)) + (mu/2)||w||^2`` with ``phi(l) = max_{q in
-  K} <l, q> - (nu n/2)||q - 1/n||^2``, whose gradient ``q(l) = proj_K(1/n +
-  l/(nu n))`` is ``1/(nu n)``-Lipschitz (a projection is non-expansive). So
-  ``grad F(w) - grad F(w') = J(w)^T (q(w) - q(w')) + sum_i q_i(w') (grad L_i(w)
-  - grad L_i(w')) + mu (w - w')``, with ``||J||^2 <= ||J||_F^2 <= n G^2``,
-  ``||L(w) - L(w')|| <= sqrt(n) G ||w - w'||`` and ``sum_i q_i = 1``, ``q >=
-  0``:  ``L_F <= L_row + G^2/nu + mu``, ``L_row`` the rows' smoothness
-  (``plugins.solvers.spectral.row_smoothness``) and ``G`` a bound on the scaled
-  per-row gradient norms wherever gradients are taken. FISTA's extrapolated
-  points leave the ball (``||y|| <= ||x_k|| + ||x_k - x_{k-1}|| < 3B``) and the
-  descent lemma is used on ``[y_k, x_{k+1}]``, so ``G`` is taken over the ball
-  of radius ``3B``: ``sqrt(2) max_i ||(x_i, 1)|| / scale`` for softmax
-  cross-entropy (any radius), ``2 max_i (3B ||x_i'|| + |y_i|) ||x_i'|| / scale``
-  for the squared error (``x' = (x, 1)`` with a bias). Other models: give
-  ``lr`` (``ConfigError`` otherwise). Without a ball ``G`` is unbounded: give
-  ``lr`` (or use ``lbfgs``, the default there when ``nu > 0``).
-
-  *nu = 0* (``F`` not smooth): AGD on the smoothed ``F_s`` (Nesterov 2005,
-  "Smooth minimization of non-smooth functions"), ``F`` with the chi-square
-  term ``nu_s = smoothing`` in place of ``nu``, so ``grad F_s(w) = sum_i q_i
-  grad L_i + mu w`` with ``q = proj_K(1/n + L(w)/(nu_s n))``. ``F_s <= F <= F_s
-  + nu_s D`` with ``D = max_{q in K} (n/2)||q - 1/n||^2 <= n c_max / 2``
-  (``||q||^2 <= max_i q_i <= c_max``, the largest row cap), and after ``T =
-  budget // n`` iterations FISTA gives ``F_s(x_T) - min F_s <= 2 L_F B^2 /
-  T^2`` from ``x_0 = 0``. With ``L_F ~ G^2/nu_s`` the sum ``nu_s n c_max/2 +
-  2 G^2 B^2/(nu_s T^2)`` is least at ``nu_s = 2 G B / (T sqrt(n c_max))``
-  (the default; total ``2 G B sqrt(n c_max) / T``). The iterate ``w`` is the
-  current ``x``, measured on the true ``F`` by the harness.
-
-  *Against a tuned step.* On the paper's problem on Boston at k = 20 the
-  tuning protocol's multiplier of ``1/L_F`` is 27 (``tools/step_table.py``):
-  ``L_F`` is a worst case (``G`` over the ball of radius 3B, ``||J||^2 <= n
-  G^2``, the projection's full Lipschitz constant ``1/(nu_s n)``) while near
-  the optimum only the few rows around the k-th largest loss move ``q``. A
-  step above ``1/L_F`` has no guarantee (FISTA may then diverge), so the
-  default stays ``1/L_F``; ``lr_scale`` moves it. (On ``experiment=prospect``,
-  L-BFGS, every multiplier of the grid ends within 1e-10 of the best
-  objective.)
-
-  ``q``, the dual iterate, is the inner maximiser of the true problem at
-  ``w``, computed from ``L(w)`` when ``q`` is read, once per iterate (the
-  harness reads it at its checkpoints, outside the run's clock): a
-  measurement for the harness's certified dual gap, like its own ``F(w)``:
-  not counted, never used by the iterations.
+  projected gradient (FISTA, Beck and Teboulle 2009) with gradient restart
+  (O'Donoghue and Candes 2015) at the constant step ``lr = 1/L_F`` (times
+  ``lr_scale``), ``L_F <= L_row + G^2/nu + mu`` from the rows' smoothness
+  ``L_row`` (``model.row_smoothness(X)``) and their gradient bound ``G`` over
+  the ball of radius ``3B`` that FISTA's extrapolated points stay in
+  (``model.row_grad_bound(X, y, 3B)``); a model without either needs ``lr``.
+  With ``nu = 0``, AGD on F smoothed by the chi-square term at ``nu_s = 2 G
+  B / (T sqrt(n c_max))`` (Nesterov 2005), ``T = budget // n``. ``q``, the
+  dual iterate, is the inner maximiser of the true problem at ``w``,
+  measured when ``q`` is read (once per iterate, outside the run's clock),
+  never used by the iterations.
 * ``lbfgs`` (the default without a ball and with ``nu > 0``): L-BFGS (Nocedal
-  and Wright 2006, Algorithm 7.4 and 7.5, the two-loop recursion) with Armijo
-  backtracking, on ``F`` without a ball. ``F`` is differentiable when ``nu >
-  0`` (Danskin's gradient ``sum_i q_i grad L_i + mu w`` at the unique ``q``);
-  with ``nu = 0`` ``F`` is kinked wherever the top rows change and quasi-
-  Newton steps have no guarantee there: refused. Each line-search trial is one
-  evaluation (``F`` and its gradient: n data points); ``advance`` returns as
-  soon as ``data_points >= until``, in the middle of a line search if need be
-  (its direction, step and trial count are attributes), and the next call
-  resumes it: the sequence of evaluations does not depend on where the calls
-  stop, so runs are deterministic and resumable whatever the harness's call
-  sizes, and no call overshoots ``until`` by more than one evaluation.
+  and Wright 2006, Algorithms 7.4 and 7.5) with Armijo backtracking, on the
+  differentiable ``F`` (``nu > 0``, no ball; refused otherwise), resumable
+  in the middle of a line search.
 
-``setup`` logs ``lr`` (agd: the constant step in use; lbfgs: the first step
-along ``-grad``, nan when it is ``lr_scale/||grad||``), ``lipschitz`` (agd: the
-bound ``L_F``, or ``1/lr`` for a model without one; lbfgs: inf, none is used),
-``smoothing`` (``nu_s``; 0 when ``nu > 0`` or with lbfgs), ``method`` and
-``memory``.
+The derivation of ``L_F`` and ``nu_s``, the step against a tuned one, and
+L-BFGS's resumption: ``docs/algorithms.md``, Solvers, "The full-batch
+method". ``setup`` logs ``lr`` (agd: the constant step; lbfgs: the first
+step along ``-grad``, nan when it is ``lr_scale/||grad||``), ``lipschitz``
+(agd: ``L_F``, or ``1/lr`` without a bound; lbfgs: inf), ``smoothing``
+(``nu_s``; 0 when ``nu > 0`` or with lbfgs), ``method`` and ``memory``.
 
-Counting (``docs/tracking.md``, Counters): every evaluation at a point
-evaluates every row's loss (n data points: the inner maximiser ``q`` needs
-them all) and forms the gradients of the rows with ``q_i != 0`` (the others
-enter ``sum_i q_i grad L_i`` times 0 and are not formed), so ``advance``
+Counting (``docs/tracking.md``, Counters): every evaluation reads n data
+points and forms the gradients of the rows with ``q_i != 0``, so ``advance``
 overshoots ``until`` by less than n data points; with ``agd``
-``data_points == n * iterations_`` exactly. The ``q`` read by the harness
-(agd) is a measurement, like the harness's own ``F(w)``, and is not
-counted.
+``data_points == n * iterations_`` exactly. The ``q`` read by the harness is a
+measurement and is not counted.
 """
 
 from __future__ import annotations
@@ -94,32 +46,26 @@ import harness
 from harness import ConfigError, Param, stream
 from harness.protocols import EuclideanProjection
 from plugins.lib.steps import check_scale, scale_param, scaled_step
-from plugins.solvers.spectral import MODEL_KINDS, row_smoothness
 
 #: Armijo's sufficient-decrease constant and the most halvings of one line search
 ARMIJO_C1 = 1e-4
 MAX_HALVINGS = 40
 
 
-def gradient_bound(problem: Any, radius: float, chunk: int = 65536) -> float:
-    """A bound on the scaled per-row gradient norms over ``||w|| <= radius`` for
-    the built-in models (module docstring); ``problem.model.grad_bound`` for
-    any other model."""
-    model = problem.model
-    name = getattr(model, "name", None)
-    if name not in MODEL_KINDS:
-        return float(model.grad_bound)
-    X, y, best = problem.X, np.asarray(problem.y, dtype=np.float64), 0.0
-    bias = name == "logistic_cel" or bool(getattr(model, "bias", True))
-    for start in range(0, X.shape[0], chunk):
-        block = np.asarray(X[start:start + chunk], dtype=np.float64)
-        norms = np.sqrt(np.einsum("ij,ij->i", block, block) + (1.0 if bias else 0.0))
-        if name == "logistic_cel":  # ||(p - e_y) kron (x, 1)|| <= sqrt(2) ||(x, 1)||
-            rows = math.sqrt(2.0) * norms
-        else:  # 2 |<x', w> - y| ||x'||
-            rows = 2.0 * (radius * norms + np.abs(y[start:start + chunk])) * norms
-        best = max(best, float(np.max(rows)))
-    return best / problem.scale
+def gradient_bound(problem: Any, radius: float) -> float | None:
+    """A bound on the scaled per-row gradient norms over ``||w|| <= radius``: the
+    model's ``row_grad_bound(X, y, radius)``, or None for a model without it
+    (its ``grad_bound`` holds on its own ball only, not on FISTA's ``3B``)."""
+    bound_at = getattr(problem.model, "row_grad_bound", None)
+    return None if bound_at is None else float(bound_at(problem.X, problem.y, radius))
+
+
+def row_smoothness(problem: Any) -> float | None:
+    """The rows' smoothness ``L_row``: the model's ``row_smoothness(X)`` (None
+    when it declares none)."""
+    smoothness = getattr(problem.model, "row_smoothness", None)
+    value = None if smoothness is None else smoothness(problem.X)
+    return None if value is None else float(value)
 
 
 class FullBatch:
@@ -205,17 +151,24 @@ class FullBatch:
                 "The solver 'full_batch' with method=agd has no constant step without a ball: "
                 "the per-row gradients (and so F's smoothness) are unbounded over the whole "
                 "space. Give solver.lr, a ball (problem.radius), or method=lbfgs (nu > 0).")
-        if name not in MODEL_KINDS and self.lr is None:
+        # G where gradients are taken (FISTA's y stays within 3B: docs/algorithms.md)
+        G = gradient_bound(problem, 3.0 * radius) if finite else math.inf
+        smoothness = row_smoothness(problem)
+        if (G is None or smoothness is None) and self.lr is None:
+            missing = [what for what, value in (("row_smoothness", smoothness),
+                                                ("row_grad_bound", G)) if value is None]
             raise ConfigError(
-                f"The solver 'full_batch' (method=agd) derives its step from the smoothness of "
-                f"the models {sorted(MODEL_KINDS)}. Got model '{name}' instead: give solver.lr.")
+                f"The solver 'full_batch' (method=agd) derives its step from the rows' "
+                f"smoothness (model.row_smoothness(X)) and their gradient bound over the ball "
+                f"of radius 3B (model.row_grad_bound(X, y, radius)); model '{name}' gives no "
+                f"{' and no '.join(missing)}: give solver.lr.")
+        if G is None:
+            G = math.nan
         if nu == 0.0 and not isinstance(problem.constraint, EuclideanProjection):
             raise ConfigError(
                 f"The solver 'full_batch' (method=agd) smooths F when nu = 0 with the Euclidean "
                 f"projection onto K; the constraint set "
                 f"'{getattr(problem.constraint, 'name', '?')}' has no euclidean_project.")
-        # G where gradients are taken (FISTA's y stays within 3B: module docstring)
-        G = gradient_bound(problem, 3.0 * radius) if finite else math.inf
         if nu > 0.0:
             nu_s, nu_eff = 0.0, nu
         else:
@@ -235,8 +188,8 @@ class FullBatch:
                 raise ConfigError(f"The solver 'full_batch' derived the smoothing {nu_s!r} "
                                   "(a zero gradient bound?): give solver.smoothing.")
             nu_eff = nu_s
-        if name in MODEL_KINDS and math.isfinite(G):
-            lipschitz = row_smoothness(problem.model, problem.X) + G * G / nu_eff + problem.mu
+        if smoothness is not None and math.isfinite(G):
+            lipschitz = smoothness + G * G / nu_eff + problem.mu
         else:  # lr given: no bound to report but the one the step assumes
             lipschitz = 1.0 / float(self.lr)
         self.lr_ = scaled_step(self.name, "lr", self.lr, self.lr_scale, 1.0 / lipschitz)

@@ -2,26 +2,19 @@
 for Spectral Risk Measures", AISTATS 2023, Algorithm "LSVRG"): SVRG for a
 spectral risk, with the spectral weights of the sorted losses frozen at an
 anchor refreshed every n steps (smoothed when ``nu > 0``, as in the authors'
-code for the problem ``F``)."""
+code for the problem ``F``).
+
+Its kernels are the template ``plugins.solvers.lsvrg_kernels``, run on any
+model through the model's row roles (``plugins.solvers.row_solver``)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 import numpy as np
-from numba import njit
 
 import harness
-from plugins.lib.vecmath import project_ball_inplace
-from plugins.solvers.row_solver import RowSolver
-from plugins.solvers.spectral import (
-    best_response_dense,
-    row_data,
-    row_grad,
-    row_loss,
-    row_loss_grad,
-    row_scratch,
-)
+from plugins.solvers.row_solver import RowSolver, row_data
 
 
 class LSVRG(RowSolver):
@@ -75,8 +68,11 @@ class LSVRG(RowSolver):
     """
 
     name: ClassVar[str] = "lsvrg"
+    template: ClassVar[str] = "plugins.solvers.lsvrg_kernels"
+
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         X, y = self._prepare(problem, budget)
+        kernels, ms = self._kernels(problem)
         n, p = self.n_, problem.n_params
         self.w = np.zeros(p)
         self.anchor_ = np.zeros(p)
@@ -84,8 +80,8 @@ class LSVRG(RowSolver):
         self.anchor_grad_ = np.zeros(p)
         # counters: data points, gradients formed, steps since the anchor, steps
         self.counts_ = np.zeros(4, dtype=np.int64)
-        lsvrg_anchor(self.spec_, X, y, self.w, self.anchor_, self.anchor_q_,
-                     self.anchor_grad_, self.caps_, self.nu_, self.counts_)
+        kernels.lsvrg_anchor(ms, X, y, self.w, self.anchor_, self.anchor_q_,
+                             self.anchor_grad_, self.caps_, self.nu_, self.counts_)
         self._sync()
         return {**self._logged(), "epoch_length": n}
 
@@ -93,76 +89,16 @@ class LSVRG(RowSolver):
         if until <= self.data_points:
             return
         X, y = row_data(problem)
-        lsvrg_steps(self.spec_, X, y, self.w, self.anchor_, self.anchor_q_, self.anchor_grad_,
-                    self.caps_, self.nu_, self.lr_, float(problem.mu), float(problem.radius),
-                    rng, int(until), self.counts_)
+        kernels, ms = self._kernels(problem)
+        kernels.lsvrg_steps(ms, X, y, self.w, self.anchor_, self.anchor_q_, self.anchor_grad_,
+                            self.caps_, self.nu_, self.lr_, float(problem.mu),
+                            float(problem.radius), rng, int(until), self.counts_)
         self._sync()
 
     @property
     def q(self) -> np.ndarray:
         """The anchor's best response ``q~`` (a point of K)."""
         return self.anchor_q_.copy()
-
-
-@njit(cache=True, error_model="numpy")
-def lsvrg_anchor(spec, X, y, w, anchor, q, grad, caps, nu, counts):  # pragma: no cover - compiled
-    """The anchor at ``w``: ``q~ = q(l(w))`` and ``g~ = sum_j q~_j grad l_j(w)``:
-    every row's loss (n data points), then the gradients of the rows with
-    ``q~_j != 0`` from what their loss evaluation left (no other is formed)."""
-    n = X.shape[0]
-    p = w.size
-    Z = np.empty((n, row_scratch(spec)))
-    g = np.empty(p)
-    losses = np.empty(n)
-    for j in range(p):
-        anchor[j] = w[j]
-        grad[j] = 0.0
-    for i in range(n):
-        losses[i] = row_loss(spec, X, y, i, w, Z[i])
-    q[:] = best_response_dense(losses, caps, nu)
-    formed = 0
-    for i in range(n):
-        if q[i] != 0.0:  # a zero weight adds nothing: its gradient is not formed
-            row_grad(spec, X, y, i, Z[i], g)
-            formed += 1
-            for j in range(p):
-                grad[j] += q[i] * g[j]
-    counts[0] += n
-    counts[1] += formed
-    counts[2] = 0
-
-
-@njit(cache=True, error_model="numpy")
-def lsvrg_steps(spec, X, y, w, anchor, q, grad, caps, nu, lr, mu, radius, rng, until,
-                counts):  # pragma: no cover - compiled
-    """Steps (and anchors every n steps) until ``counts[0] >= until``. A step
-    whose row has ``q~_i = 0``, and the first step after an anchor (``w =
-    w~``, so ``g = g~_i`` bit for bit), evaluate nothing: their stochastic
-    term is zero."""
-    n = X.shape[0]
-    p = w.size
-    g = np.empty(p)
-    ga = np.empty(p)
-    z = np.empty(row_scratch(spec))
-    while counts[0] < until:
-        if counts[2] == n:
-            lsvrg_anchor(spec, X, y, w, anchor, q, grad, caps, nu, counts)
-            continue
-        i = rng.integers(0, n)
-        a = n * q[i]
-        if a != 0.0 and counts[2] != 0:  # (the first step after an anchor has w = w~)
-            row_loss_grad(spec, X, y, i, w, g, z)
-            row_loss_grad(spec, X, y, i, anchor, ga, z)
-            for j in range(p):
-                w[j] -= lr * (a * (g[j] - ga[j]) + grad[j] + mu * w[j])
-            counts[0] += 2
-            counts[1] += 2
-        else:
-            for j in range(p):
-                w[j] -= lr * (grad[j] + mu * w[j])
-        project_ball_inplace(w, radius)
-        counts[2] += 1
-        counts[3] += 1
 
 
 @harness.hookimpl

@@ -2,28 +2,20 @@
 Optimization with Bias and Variance Reduction", ICLR 2024, Algorithm 1
 "Prospect"): a SAGA-type method for ``F`` with per-row tables of losses,
 gradients and dual weights, linearly convergent for ``nu > 0`` with one
-constant step and no dual step size."""
+constant step and no dual step size.
+
+Its kernels are the template ``plugins.solvers.prospect_kernels``, run on any
+model through the model's row roles (``plugins.solvers.row_solver``)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 import numpy as np
-from numba import njit
 
 import harness
-from plugins.lib.vecmath import project_ball_inplace
-from plugins.solvers.row_solver import RowSolver
-from plugins.solvers.spectral import (
-    BestResponse,
-    br_update,
-    br_weight,
-    row_data,
-    row_grad,
-    row_loss,
-    row_loss_grad,
-    row_scratch,
-)
+from plugins.solvers.best_response import BestResponse
+from plugins.solvers.row_solver import RowSolver, row_data
 
 
 class Prospect(RowSolver):
@@ -44,7 +36,7 @@ class Prospect(RowSolver):
     is for the unconstrained problem).
 
     Only ``lambda_i`` of the sampled row is read, and one loss changes per
-    step, so ``lambda`` is never formed: ``plugins.solvers.spectral.BestResponse``
+    step, so ``lambda`` is never formed: ``plugins.solvers.best_response.BestResponse``
     keeps the sorted ``1/n + l/(nu n)`` in a counted B+ tree (O(log n) per
     changed loss) and finds the threshold of the projection by Newton's
     method from the last one (two O(log n) evaluations in the common case, an
@@ -61,7 +53,7 @@ class Prospect(RowSolver):
     factor ``n lambda_i`` of the step's stochastic term is at most ``n
     sigma_max``, so ``n sigma_max L`` bounds the smoothness of each term of
     the estimator. The theorems' absolute constants are worst-case; ``c = 1``
-    (``plugins.solvers.spectral.STEP_CONSTANT``) is the largest step of that order
+    (``plugins.solvers.row_solver.STEP_CONSTANT``) is the largest step of that order
     and lands next to the authors' tuned steps (0.012 against their 0.01 on
     concrete). On ``experiment=prospect`` (640,000 data points) every
     multiplier of the tuning protocol's grid from 3^-2 to 3^0 ends within
@@ -98,19 +90,22 @@ class Prospect(RowSolver):
     """
 
     name: ClassVar[str] = "prospect"
+    template: ClassVar[str] = "plugins.solvers.prospect_kernels"
+
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         X, y = self._prepare(problem, budget)
+        kernels, ms = self._kernels(problem)
         n, p = self.n_, problem.n_params
         self.w = np.zeros(p)
         self.losses_ = np.empty(n)
         self.grads_ = np.zeros((n, p))
         # counters: data points, gradients formed, steps
         self.counts_ = np.zeros(3, dtype=np.int64)
-        Z = np.empty((n, row_scratch(self.spec_)))
-        prospect_losses(self.spec_, X, y, self.w, self.losses_, Z, self.counts_)
+        Z = np.empty((n, kernels.m_row_scratch(ms)))
+        kernels.prospect_losses(ms, X, y, self.w, self.losses_, Z, self.counts_)
         self.table_ = BestResponse(self.losses_, self.caps_, problem.nu)
         self.rho_ = self.table_.q()
-        prospect_grads(self.spec_, X, y, self.rho_, Z, self.grads_, self.counts_)
+        kernels.prospect_grads(ms, X, y, self.w, self.rho_, Z, self.grads_, self.counts_)
         self.gbar_ = self.grads_.T @ self.rho_
         self._sync()
         return self._logged()
@@ -119,86 +114,16 @@ class Prospect(RowSolver):
         if until <= self.data_points:
             return
         X, y = row_data(problem)
-        prospect_steps(self.spec_, X, y, self.w, self.losses_, self.grads_, self.rho_,
-                       self.gbar_, self.table_.state, self.lr_, float(problem.mu),
-                       float(problem.radius), rng, int(until), self.counts_)
+        kernels, ms = self._kernels(problem)
+        kernels.prospect_steps(ms, X, y, self.w, self.losses_, self.grads_, self.rho_,
+                               self.gbar_, self.table_.state, self.lr_, float(problem.mu),
+                               float(problem.radius), rng, int(until), self.counts_)
         self._sync()
 
     @property
     def q(self) -> np.ndarray:
         """``lambda = q(l)``, the best response to the loss table (a point of K)."""
         return self.table_.q()
-
-
-@njit(cache=True, error_model="numpy")
-def prospect_losses(spec, X, y, w, losses, Z, counts):  # pragma: no cover - compiled
-    """The loss table at ``w``: every row's loss (``Z[i]``: what row i's
-    evaluation leaves for its gradient)."""
-    for i in range(X.shape[0]):
-        losses[i] = row_loss(spec, X, y, i, w, Z[i])
-    counts[0] += X.shape[0]
-
-
-@njit(cache=True, error_model="numpy")
-def prospect_grads(spec, X, y, rho, Z, grads, counts):  # pragma: no cover - compiled
-    """The gradient table at the point of ``prospect_losses``: the rows with
-    ``rho_i != 0`` (the others stay 0: they are read only times ``rho_i``)."""
-    for i in range(X.shape[0]):
-        if rho[i] != 0.0:
-            row_grad(spec, X, y, i, Z[i], grads[i])
-            counts[1] += 1
-
-
-@njit(cache=True, error_model="numpy")
-def prospect_steps(spec, X, y, w, losses, grads, rho, gbar, br, lr, mu, radius,
-                   rng, until, counts):  # pragma: no cover - compiled
-    """Steps of Algorithm 1 (class docstring) until ``counts[0] >= until``;
-    ``counts[2]`` steps so far (``gbar`` is recomputed from the tables every n
-    steps). A step whose
-    row has ``lambda_i = 0`` evaluates its loss only: its gradient enters the
-    step and the tables times ``lambda_i``, and is not formed (``G_i = 0``).
-    The first step evaluates nothing: at ``w_0`` the tables hold row i's loss
-    and (where ``rho_i != 0``) gradient, so ``v = gbar`` and the tables stay."""
-    n, p = grads.shape
-    g = np.empty(p)
-    z = np.empty(row_scratch(spec))
-    shrink = 1.0 / (1.0 + lr * mu)
-    while counts[0] < until:
-        i = rng.integers(0, n)
-        lam = br_weight(br, i)
-        if counts[2] == 0:  # w = w_0: the tables hold row i there (v = gbar to rounding)
-            for j in range(p):
-                w[j] = (w[j] - lr * gbar[j]) * shrink
-            project_ball_inplace(w, radius)
-            counts[2] += 1
-            continue
-        if lam != 0.0:
-            loss = row_loss_grad(spec, X, y, i, w, g, z)
-            counts[1] += 1
-        else:
-            loss = row_loss(spec, X, y, i, w, z)
-            for j in range(p):
-                g[j] = 0.0
-        counts[0] += 1
-        a = n * lam
-        b = n * rho[i]
-        for j in range(p):
-            w[j] = (w[j] - lr * (a * g[j] - b * grads[i, j] + gbar[j])) * shrink
-        project_ball_inplace(w, radius)
-        br_update(br, i, loss, n)
-        losses[i] = loss
-        for j in range(p):
-            gbar[j] += lam * g[j] - rho[i] * grads[i, j]
-            grads[i, j] = g[j]
-        rho[i] = lam
-        counts[2] += 1
-        if counts[2] % n == 0:
-            for j in range(p):
-                gbar[j] = 0.0
-            for r in range(n):
-                if rho[r] != 0.0:
-                    for j in range(p):
-                        gbar[j] += rho[r] * grads[r, j]
 
 
 @harness.hookimpl

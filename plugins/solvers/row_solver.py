@@ -1,8 +1,20 @@
-"""What the built-in row solvers (``prospect``, ``lsvrg``, ``sgd``) share: the
-inputs of their numba kernels, the default constant step and the counters.
+"""What the built-in row solvers (``prospect``, ``lsvrg``, ``sgd``) share: their
+kernels, specialised per model; their inputs; the default constant step and
+the counters.
+
+**Kernels.** A row solver's numba kernels are a template
+(``plugins/solvers/<solver>_kernels.py``) calling the model's row roles
+through the free names ``m_row_loss(ms, X, y, i, w, z)`` (row i's scaled
+loss, never clipped, leaving in the scratch ``z`` what its gradient needs),
+``m_row_grad(ms, X, y, i, w, z, g)`` (that gradient into ``g``) and
+``m_row_scratch(ms)`` (the length of ``z``); ``row_kernels`` specialises the
+template (``harness.kernels``) to the model's compiled row kernels
+(``model.compiled().kernels`` and its state ``ms``) or, for a model without
+them, to ``protocol_row_loss`` and the rest over its Python protocol
+(``value_and_grad`` on one row), run as plain Python: the same steps, slower.
 
 **The default step.** With ``nu > 0`` (or no ball) the step is the smooth one,
-``1 / (n c_max L + mu)`` (``plugins.solvers.spectral.default_step``). With ``nu =
+``1 / (n c_max L + mu)`` (``default_step``). With ``nu =
 0`` in a ball, ``F`` is not smooth (its best response jumps as the order of
 the losses changes) and a constant step of that size does not converge: on
 breast cancer at k = 20 and radius 1 it ends above ``F(0)``. There the
@@ -31,14 +43,17 @@ formed; the kernels write them, ``_sync`` copies them to ``data_points`` and
 
 from __future__ import annotations
 
+import importlib
 import math
+from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
 
-from harness import Param
+from harness import ConfigError, Param
+from harness.engine import replaced_methods
+from harness.kernels import INTERPRETED, specialise
 from plugins.lib.steps import scale_param, scaled_step
-from plugins.solvers.spectral import default_step, row_data, row_smoothness, solver_inputs
 
 #: the ``lr`` parameter of every row solver
 LR_PARAM = Param(float, low=0.0, low_open=True, nullable=True,
@@ -46,14 +61,121 @@ LR_PARAM = Param(float, low=0.0, low_open=True, nullable=True,
                      "(nu = 0 in a ball: at most B / (n max_i c_i G sqrt(steps)))")
 #: the ``lr_scale`` parameter of every row solver (``plugins.lib.steps``)
 LR_SCALE_PARAM = scale_param("lr")
+#: the constant c of the default step ``1 / (c n max_i c_i L + mu)``
+STEP_CONSTANT = 1.0
+#: the model's row roles the kernel templates call (as ``m_<role>``)
+ROW_ROLES = ("row_loss", "row_grad", "row_scratch")
+
+
+def row_caps(solver: str, problem: Any) -> np.ndarray:
+    """The constraint set's row caps, or a ``harness.ConfigError`` naming
+    ``solver`` and why it cannot run."""
+    caps = problem.constraint.row_caps()
+    if caps is None:
+        raise ConfigError(f"The solver '{solver}' needs a constraint set with row caps "
+                          f"(row_caps() is None for '{getattr(problem.constraint, 'name', '?')}').")
+    return np.ascontiguousarray(caps, dtype=np.float64)
+
+
+def default_step(n: int, caps: np.ndarray, smoothness: float, mu: float) -> float:
+    """``1 / (c n sigma_max L + mu)`` with ``sigma_max = max_i c_i`` (the largest
+    weight the best response can put on a row) and ``c = STEP_CONSTANT``."""
+    return 1.0 / (STEP_CONSTANT * n * float(np.max(caps)) * smoothness + mu)
+
+
+def row_data(problem: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``X`` and ``y`` as contiguous float64 arrays (class codes as floats)."""
+    return (np.ascontiguousarray(problem.X, dtype=np.float64),
+            np.ascontiguousarray(problem.y, dtype=np.float64))
+
+
+# ---------------------------------------------------------------------------
+# the kernels, per model
+# ---------------------------------------------------------------------------
+
+
+class ProtocolRows:
+    """The ``ms`` of a model without compiled row roles: its rows through the
+    Python protocol (``value_and_grad`` on a one-row slice, never clipped).
+    ``X`` and ``y`` are the problem's own (class codes as the model reads
+    them); the last row evaluated keeps its gradient for ``protocol_row_grad``."""
+
+    def __init__(self, model: Any, X: Any, y: Any) -> None:
+        self.model, self.X, self.y = model, X, y
+        self.one = np.ones(1)
+        self.row, self.at, self.grad = -1, np.empty(0), np.empty(0)
+
+    def evaluate(self, i: int, w: np.ndarray) -> float:
+        i = int(i)
+        value, grad = self.model.value_and_grad(w, self.X[i:i + 1], self.y[i:i + 1], self.one)
+        self.row, self.at, self.grad = i, np.array(w, copy=True), np.asarray(grad)
+        return float(value)
+
+
+def protocol_row_loss(ms: ProtocolRows, X, y, i, w, z) -> float:
+    """The row role ``row_loss`` over the Python protocol (``ProtocolRows``)."""
+    return ms.evaluate(i, w)
+
+
+def protocol_row_grad(ms: ProtocolRows, X, y, i, w, z, g) -> None:
+    """The row role ``row_grad``: row i's gradient at ``w``, the one its last
+    evaluation formed (evaluated again when another row or point came since)."""
+    if ms.row != int(i) or not np.array_equal(ms.at, w):
+        ms.evaluate(i, w)
+    g[:] = ms.grad
+
+
+def protocol_row_scratch(ms: ProtocolRows) -> int:
+    """The row role ``row_scratch``: no scratch is read (one float)."""
+    return 1
+
+
+def compiled_rows(model: Any) -> tuple[str, Any] | None:
+    """The model's compiled row kernels as ``(module, prefix)`` and their state
+    ``ms``, or None: no compiled form, methods replaced on the instance (a
+    wrapper the kernels would bypass), or a kernel module without the row
+    roles."""
+    make = getattr(model, "compiled", None)
+    if make is None or replaced_methods(model):
+        return None
+    form = make()
+    if form is None:
+        return None
+    module, _, prefix = form.kernels.partition(":")
+    try:
+        kernels = importlib.import_module(module)
+    except ImportError:
+        return None
+    if not all(hasattr(kernels, f"{prefix}_{role}") for role in ROW_ROLES):
+        return None
+    return (module, prefix), form.state
+
+
+def row_kernels(template: str, model: Any, problem: Any) -> tuple[ModuleType, Any]:
+    """``template`` (a ``plugins.solvers.*_kernels`` module) specialised to the
+    model's row roles, and the ``ms`` its kernels take (module docstring):
+    compiled where the model has compiled row kernels, else plain Python over
+    ``ProtocolRows``."""
+    found = compiled_rows(model)
+    if found is not None:
+        (module, prefix), ms = found
+        refs = {f"m_{role}": f"{module}:{prefix}_{role}" for role in ROW_ROLES}
+        return specialise(template, refs), ms
+    refs = {f"m_{role}": f"{__name__}:protocol_{role}" for role in ROW_ROLES}
+    return specialise(template, refs, njit=INTERPRETED), ProtocolRows(model, problem.X,
+                                                                      problem.y)
 
 
 class RowSolver:
     """Base of the row solvers: ``_prepare`` reads the problem once in ``setup``;
     ``counts_`` (data points, gradients formed, ...) is written by the kernels
-    and copied to ``data_points`` and ``grad_evals`` by ``_sync``."""
+    and copied to ``data_points`` and ``grad_evals`` by ``_sync``; ``_kernels``
+    the solver's kernels for the problem's model (``row_kernels``, kept until
+    the solver is pickled)."""
 
     name: str
+    #: the solver's kernel template (``plugins.solvers.<name>_kernels``)
+    template: ClassVar[str]
     #: the parameters of a solver with one constant step (``sgd`` adds its own)
     params: ClassVar[dict[str, Param]] = {"lr": LR_PARAM, "lr_scale": LR_SCALE_PARAM}
 
@@ -62,22 +184,45 @@ class RowSolver:
         self.lr_scale = lr_scale
     lr_scale: float = 1.0
 
+    def _kernels(self, problem: Any) -> tuple[ModuleType, Any]:
+        """The kernels and the model state ``ms`` for ``problem``'s model."""
+        cached = self.__dict__.get("_row_kernels")
+        if cached is None or cached[0] is not problem.model:
+            cached = (problem.model, *row_kernels(self.template, problem.model, problem))
+            self._row_kernels = cached
+        return cached[1], cached[2]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state to pickle: the kernels (a module) are found again."""
+        state = self.__dict__.copy()
+        state.pop("_row_kernels", None)
+        return state
+
     def _prepare(self, problem: Any, steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """The model scalars, row caps, ``n``, ``nu``, the rows' smoothness and the
-        constant step (the default, module docstring, for ``steps`` steps, times
-        ``lr_scale``, unless ``lr`` is given); returns the kernels' ``X`` and ``y``."""
-        self.spec_, self.caps_ = solver_inputs(self.name, problem)
+        """The row caps, ``n``, ``nu``, the rows' smoothness (the model's
+        ``row_smoothness``) and the constant step (the default, module
+        docstring, for ``steps`` steps, times ``lr_scale``, unless ``lr`` is
+        given); returns the kernels' ``X`` and ``y``."""
+        self.caps_ = row_caps(self.name, problem)
         X, y = row_data(problem)
         self.n_ = X.shape[0]
         self.nu_ = float(problem.nu)
-        self.smoothness_ = row_smoothness(problem.model, X)
+        smoothness = getattr(problem.model, "row_smoothness", None)
+        smoothness = smoothness(X) if smoothness is not None else None
+        self.smoothness_ = math.nan if smoothness is None else float(smoothness)
         self.lr_smooth_ = default_step(self.n_, self.caps_, self.smoothness_, problem.mu)
         self.lr_default_ = self.lr_smooth_
         radius, grad_bound = float(problem.radius), float(problem.model.grad_bound)
         if self.nu_ == 0.0 and math.isfinite(radius) and math.isfinite(grad_bound):
             spread = self.n_ * float(np.max(self.caps_)) * grad_bound
             subgradient = radius / (spread * math.sqrt(max(steps, 1)))
-            self.lr_default_ = min(self.lr_default_, subgradient)
+            self.lr_default_ = (subgradient if math.isnan(self.lr_default_)
+                                else min(self.lr_default_, subgradient))
+        if math.isnan(self.lr_default_) and self.lr is None:
+            raise ConfigError(
+                f"The solver '{self.name}' derives its default step from the rows' smoothness, "
+                f"and model '{getattr(problem.model, 'name', type(problem.model).__name__)}' "
+                "declares none (row_smoothness(X) is None): give solver.lr.")
         self.lr_ = scaled_step(self.name, "lr", self.lr, self.lr_scale, self.lr_default_)
         return X, y
 

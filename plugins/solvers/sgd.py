@@ -27,12 +27,14 @@ uniform average (Zinkevich 2003, Theorem 1; Bubeck 2015, Theorem 6.1), the
 constants taken from the problem (its ball, the rows' gradient bound, the
 caps). Elsewhere a heuristic shape motivated by Bubeck (2015), Theorem 6.3:
 for about one pass the row solvers' default constant step ``1 / (n max_i
-c_i L + mu)`` (``plugins.solvers.spectral.default_step``, Prospect's and
+c_i L + mu)`` (``plugins.solvers.row_solver.default_step``, Prospect's and
 LSVRG's default step, not a smoothness constant of ``G``), then a ``1 /
 sqrt(t)`` decay, with the uniform average. ``2 / (mu (t + a))`` with the
 weighted average for a known strong convexity (Bubeck 2015, Theorem 6.2) on
 request.
-"""
+
+Its kernels are the template ``plugins.solvers.sgd_kernels``, run on any
+model through the model's row roles (``plugins.solvers.row_solver``)."""
 
 from __future__ import annotations
 
@@ -45,14 +47,7 @@ from numba import njit
 import harness
 from harness import Param
 from plugins.lib.steps import check_scale, scale_param
-from plugins.lib.vecmath import project_ball_inplace
-from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver
-from plugins.solvers.spectral import (
-    row_data,
-    row_grad,
-    row_loss,
-    row_scratch,
-)
+from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver, row_data
 
 #: schedule codes of the kernel
 CONSTANT, INVERSE, SQRT = 0, 1, 2
@@ -111,7 +106,7 @@ class SGD(RowSolver):
         have a finite ``G`` and no such bound, as ``logistic_cel`` without a
         ball) or without a finite ``G``. A heuristic: ``lr = tau_lr = 1 /
         (n max_i c_i L + mu)``, the row solvers' default constant step
-        (``plugins.solvers.spectral.default_step``, Prospect's and LSVRG's
+        (``plugins.solvers.row_solver.default_step``, Prospect's and LSVRG's
         default), for about the first pass, ``t0 = n / b``, then ``lr
         sqrt(t0 / (t0 + t - 1))``. That step is not ``1 / beta`` for a
         smoothness ``beta`` of ``G(w, tau)``: each term's w-gradient ``s_i grad
@@ -187,6 +182,7 @@ class SGD(RowSolver):
     """
 
     name: ClassVar[str] = "sgd"
+    template: ClassVar[str] = "plugins.solvers.sgd_kernels"
     params: ClassVar[dict[str, Param]] = {
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
                     doc="first step of w's schedule; None: the schedule's default "
@@ -252,6 +248,15 @@ class SGD(RowSolver):
             self.t0_ = max(1.0, n / max(int(self.batch), 1))
         else:
             lr_default = tau_default = self.lr_default_
+        if math.isnan(lr_default):  # the model declares no smoothness (row_solver)
+            if self.lr is None:
+                raise harness.ConfigError(
+                    f"The solver 'sgd' (schedule={schedule}) starts from the rows' smoothness, "
+                    f"and model '{getattr(problem.model, 'name', type(problem.model).__name__)}' "
+                    "declares none (row_smoothness(X) is None): give solver.lr.")
+            lr_default = tau_default = float(self.lr)
+            if schedule == "inverse":
+                self.t0_ = 2.0 / (mu * lr_default)
         self.schedule_ = schedule
         self.lr_default_ = lr_default
         self.lr_ = float(self.lr) if self.lr is not None else self.lr_scale * lr_default
@@ -279,11 +284,12 @@ class SGD(RowSolver):
         if until <= self.data_points:
             return
         X, y = row_data(problem)
-        sgd_steps(self.spec_, X, y, self.iterate_, self.average_, self.tau_, self.caps_,
-                  self.nu_, float(problem.mu), self.lr_, self.tau_lr_, float(problem.radius),
-                  int(self.batch), SCHEDULES[self.schedule_], self.t0_,
-                  self.tau_lo_, self.tau_hi_, rng, int(until), self.counts_, self.mark_,
-                  self.slot_, self.batch_grads_, self.batch_weights_)
+        kernels, ms = self._kernels(problem)
+        kernels.sgd_steps(ms, X, y, self.iterate_, self.average_, self.tau_, self.caps_,
+                          self.nu_, float(problem.mu), self.lr_, self.tau_lr_,
+                          float(problem.radius), int(self.batch), SCHEDULES[self.schedule_],
+                          self.t0_, self.tau_lo_, self.tau_hi_, rng, int(until), self.counts_,
+                          self.mark_, self.slot_, self.batch_grads_, self.batch_weights_)
         self._sync()
 
     @property
@@ -314,85 +320,6 @@ def ru_phi(z: np.ndarray, caps: np.ndarray, nu: float, n: int) -> np.ndarray:
         return caps * np.maximum(z, 0.0)
     q = np.clip(1.0 / n + z / (nu * n), 0.0, caps)
     return q * z - 0.5 * nu * n * (q - 1.0 / n) ** 2
-
-
-@njit(cache=True, error_model="numpy")
-def sgd_row_grad(spec, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - compiled
-    """Row i's weight ``s_i = n phi_i'(L_i(w) - tau)``, returned, and ``s_i grad
-    L_i(w)`` written into ``g`` (0 when ``s_i = 0``: that gradient is not
-    formed): row i's term ``tau + n phi_i(L_i(w) - tau) + (mu/2)||w||^2`` of
-    ``G`` has w-gradient ``g + mu w`` and tau-gradient ``1 - s_i`` (one
-    uniform row's unbiased estimate of the gradient of ``G``)."""
-    n = X.shape[0]
-    loss = row_loss(spec, X, y, i, w, z)
-    s = ru_weight(loss - tau, caps[i], nu, n)
-    if s == 0.0:
-        for j in range(w.size):
-            g[j] = 0.0
-        return s
-    row_grad(spec, X, y, i, z, g)
-    for j in range(w.size):
-        g[j] *= s
-    return s
-
-
-@njit(cache=True, error_model="numpy")
-def sgd_steps(spec, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, schedule, t0,
-              tau_lo, tau_hi, rng, until, counts, mark, slot, gb,
-              sb):  # pragma: no cover - compiled
-    """Mini-batch steps on ``(w, tau[0])`` until ``counts[0] >= until``; ``avg``
-    kept as the schedule's average of the points where the gradients are
-    taken (``tau[1]``: its total weight). A row drawn again in the same step
-    reuses its first draw's weight and gradient (``mark[i]``: the step that
-    last evaluated row i, ``slot[i]``: its draw there; ``gb``, ``sb``: the
-    step's gradients and weights by draw)."""
-    n = X.shape[0]
-    p = w.size
-    gw = np.empty(p)
-    z = np.empty(row_scratch(spec))
-    while counts[0] < until:
-        t = counts[2]  # steps before this one
-        if schedule == 1:
-            f = t0 / (t0 + t)
-            weight = t0 - 1.0 + t
-        elif schedule == 2:
-            f = math.sqrt(t0 / (t0 + t))
-            weight = 1.0
-        else:
-            f = 1.0
-            weight = 1.0
-        tau[1] += weight
-        share = weight / tau[1]
-        for j in range(p):
-            avg[j] += share * (w[j] - avg[j])
-        tt = tau[0]
-        st = 0.0
-        for j in range(p):
-            gw[j] = 0.0
-        for d in range(batch):
-            i = rng.integers(0, n)
-            if mark[i] == t:  # drawn before in this step: the same point, not evaluated again
-                e = slot[i]
-                sb[d] = sb[e]
-                for j in range(p):
-                    gb[d, j] = gb[e, j]
-            else:
-                mark[i] = t
-                slot[i] = d
-                sb[d] = sgd_row_grad(spec, X, y, i, w, tt, caps, nu, gb[d], z)
-                counts[0] += 1
-                if sb[d] != 0.0:
-                    counts[1] += 1
-            st += sb[d]
-            for j in range(p):
-                gw[j] += gb[d, j]
-        eta = lr * f
-        for j in range(p):
-            w[j] -= eta * (gw[j] / batch + mu * w[j])
-        tt = tt - tau_lr * f * (1.0 - st / batch)
-        tau[0] = min(max(tt, tau_lo), tau_hi)
-        project_ball_inplace(w, radius)
-        counts[2] += 1
 
 
 @harness.hookimpl

@@ -1,0 +1,95 @@
+"""SGD's kernels (``plugins.solvers.sgd``), a template of ``harness.kernels``:
+``plugins.solvers.row_solver.row_kernels`` binds ``m_row_loss``,
+``m_row_grad`` and ``m_row_scratch`` to the model's row roles and ``njit`` to
+numba's (or to the identity, for a model without compiled row kernels).
+Importing this module as itself raises ImportError."""
+# ruff: noqa: F821 - the free names are bound by the header harness.kernels writes
+
+import math
+
+import numpy as np
+
+from harness.kernels import guard
+from plugins.lib.vecmath import project_ball_inplace
+from plugins.solvers.sgd import ru_weight
+
+guard(globals(), ("njit", "m_row_loss", "m_row_grad", "m_row_scratch"), __name__)
+
+
+@njit(cache=True, error_model="numpy")
+def sgd_row_grad(ms, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - compiled
+    """Row i's weight ``s_i = n phi_i'(L_i(w) - tau)``, returned, and ``s_i grad
+    L_i(w)`` written into ``g`` (0 when ``s_i = 0``: that gradient is not
+    formed): row i's term ``tau + n phi_i(L_i(w) - tau) + (mu/2)||w||^2`` of
+    ``G`` has w-gradient ``g + mu w`` and tau-gradient ``1 - s_i`` (one
+    uniform row's unbiased estimate of the gradient of ``G``)."""
+    n = X.shape[0]
+    loss = m_row_loss(ms, X, y, i, w, z)
+    s = ru_weight(loss - tau, caps[i], nu, n)
+    if s == 0.0:
+        for j in range(w.size):
+            g[j] = 0.0
+        return s
+    m_row_grad(ms, X, y, i, w, z, g)
+    for j in range(w.size):
+        g[j] *= s
+    return s
+
+
+@njit(cache=True, error_model="numpy")
+def sgd_steps(ms, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, schedule, t0,
+              tau_lo, tau_hi, rng, until, counts, mark, slot, gb,
+              sb):  # pragma: no cover - compiled
+    """Mini-batch steps on ``(w, tau[0])`` until ``counts[0] >= until``; ``avg``
+    kept as the schedule's average of the points where the gradients are
+    taken (``tau[1]``: its total weight). A row drawn again in the same step
+    reuses its first draw's weight and gradient (``mark[i]``: the step that
+    last evaluated row i, ``slot[i]``: its draw there; ``gb``, ``sb``: the
+    step's gradients and weights by draw)."""
+    n = X.shape[0]
+    p = w.size
+    gw = np.empty(p)
+    z = np.empty(m_row_scratch(ms))
+    while counts[0] < until:
+        t = counts[2]  # steps before this one
+        if schedule == 1:
+            f = t0 / (t0 + t)
+            weight = t0 - 1.0 + t
+        elif schedule == 2:
+            f = math.sqrt(t0 / (t0 + t))
+            weight = 1.0
+        else:
+            f = 1.0
+            weight = 1.0
+        tau[1] += weight
+        share = weight / tau[1]
+        for j in range(p):
+            avg[j] += share * (w[j] - avg[j])
+        tt = tau[0]
+        st = 0.0
+        for j in range(p):
+            gw[j] = 0.0
+        for d in range(batch):
+            i = rng.integers(0, n)
+            if mark[i] == t:  # drawn before in this step: the same point, not evaluated again
+                e = slot[i]
+                sb[d] = sb[e]
+                for j in range(p):
+                    gb[d, j] = gb[e, j]
+            else:
+                mark[i] = t
+                slot[i] = d
+                sb[d] = sgd_row_grad(ms, X, y, i, w, tt, caps, nu, gb[d], z)
+                counts[0] += 1
+                if sb[d] != 0.0:
+                    counts[1] += 1
+            st += sb[d]
+            for j in range(p):
+                gw[j] += gb[d, j]
+        eta = lr * f
+        for j in range(p):
+            w[j] -= eta * (gw[j] / batch + mu * w[j])
+        tt = tt - tau_lr * f * (1.0 - st / batch)
+        tau[0] = min(max(tt, tau_lo), tau_hi)
+        project_ball_inplace(w, radius)
+        counts[2] += 1
