@@ -75,9 +75,9 @@ def test_an_unbounded_model_needs_a_loss_scale():
         harness.prepare(_cfg(model={"name": "linear_mse", "bias": False}))
 
 
-def test_a_solver_refuses_a_model_it_has_no_kernels_for():
+def test_a_solver_asks_for_a_step_where_the_model_declares_no_smoothness():
     class Squared:
-        """A model without the built-in solvers' row kernels."""
+        """A model without row_smoothness: no default step can be derived."""
 
         name: ClassVar[str] = "my_model"
         task: ClassVar[str] = "regression"
@@ -94,7 +94,7 @@ def test_a_solver_refuses_a_model_it_has_no_kernels_for():
 
     registry = harness.Registry(harness.make_plugin_manager([Plugin()]))
     for solver in ("prospect", "lsvrg"):
-        with pytest.raises(ConfigError, match=rf"{solver}.*my_model"):
+        with pytest.raises(ConfigError, match=rf"{solver}.*my_model.*row_smoothness.*solver\.lr"):
             harness.prepare(_cfg(solver={"name": solver}, model={"name": "my_model"}), registry)
 
 

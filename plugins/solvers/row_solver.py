@@ -187,7 +187,9 @@ class RowSolver:
     def _kernels(self, problem: Any) -> tuple[ModuleType, Any]:
         """The kernels and the model state ``ms`` for ``problem``'s model."""
         cached = self.__dict__.get("_row_kernels")
-        if cached is None or cached[0] is not problem.model:
+        replaced = replaced_methods(problem.model)  # a wrapper put on since: Python
+        if cached is None or cached[0] is not problem.model or (replaced and not isinstance(
+                cached[2], ProtocolRows)):
             cached = (problem.model, *row_kernels(self.template, problem.model, problem))
             self._row_kernels = cached
         return cached[1], cached[2]
