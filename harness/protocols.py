@@ -53,6 +53,9 @@ class ConstraintSet(Protocol):
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
+    # Optional: ``state_version: ClassVar[int]`` (0 when absent), raised whenever what
+    # the component pickles for ``resume`` changes meaning; a saved state of another
+    # version is not resumed (``harness.state``).
     n: int
     k: int
     #: the law of ``sample``'s joint draw: "depround" (Algorithm 5),
@@ -120,6 +123,9 @@ class PPlayer(Protocol):
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
+    # Optional: ``state_version: ClassVar[int]`` (0 when absent), raised whenever what
+    # the component pickles for ``resume`` changes meaning; a saved state of another
+    # version is not resumed (``harness.state``).
     #: constraint-set names this player plays on (None: any that ``supports`` accepts)
     constraints: ClassVar[tuple[str, ...] | None]
 
@@ -177,6 +183,9 @@ class WPlayer(Protocol):
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
+    # Optional: ``state_version: ClassVar[int]`` (0 when absent), raised whenever what
+    # the component pickles for ``resume`` changes meaning; a saved state of another
+    # version is not resumed (``harness.state``).
     radius: float
 
     def setup(self, dim: int, horizon: int, grad_bound: float,
@@ -225,6 +234,9 @@ class Solver(Protocol):
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
+    # Optional: ``state_version: ClassVar[int]`` (0 when absent), raised whenever what
+    # the component pickles for ``resume`` changes meaning; a saved state of another
+    # version is not resumed (``harness.state``).
     #: the iterate whose metrics are reported (the last one, or an average)
     w: np.ndarray
     #: rows whose loss or gradient was evaluated so far (every evaluation at
@@ -249,15 +261,52 @@ class Solver(Protocol):
 
 @runtime_checkable
 class Model(Protocol):
-    """Per-example losses scaled to [0, 1], their gradients and task metrics."""
+    """Per-example losses scaled to [0, 1], their gradients and task metrics.
+
+    A solver reaches a model through these members only, never through its
+    name, class or other attributes, so a third party's model runs under
+    every solver:
+
+    * the dimension ``n_params``, the scale ``scale_`` and the gradient
+      bound ``grad_bound`` (set by ``setup``), the smoothness of the rows
+      ``row_smoothness(X)``, and optionally ``row_grad_bound`` (below);
+    * row i's scaled loss ``raw_losses_i / scale_`` (never clipped) and its
+      gradient: ``value_and_grad(w, X[i:i+1], y[i:i+1], np.ones(1))`` for any
+      model, or the row roles of its compiled form (below) where it has one.
+
+    Compiled form (optional): ``compiled() -> harness.Compiled | None`` with
+    ``kernels = "module:prefix"`` and the state ``ms`` handed to every
+    kernel; the module holds numba functions (``@njit(cache=True,
+    error_model="numpy")``) by role:
+
+    * batch roles, the game's round (``harness.engine``), on the rows
+      ``rows`` of ``X`` (C-ordered float64) and ``y`` (the data set's
+      targets): ``prefix_losses(ms, w, X, y, rows)``, the scaled losses
+      (clipped as ``losses``), and ``prefix_grad(ms, w, X, y, rows,
+      weights)``, the gradient of ``sum_j weights_j losses_j``;
+    * row roles, for solvers that step on one row at a time, with ``X``
+      C-ordered float64 and ``y`` float64 (class codes as floats):
+      ``prefix_row_loss(ms, X, y, i, w, z) -> float``, the scaled, never
+      clipped loss of row ``i`` at ``w``, leaving in the scratch ``z`` what
+      ``row_grad`` needs; ``prefix_row_grad(ms, X, y, i, w, z, g)``, the
+      gradient of that loss at the ``w`` where ``row_loss`` was just
+      evaluated for row ``i``, written into ``g`` (``n_params`` floats);
+      ``prefix_row_scratch(ms) -> int``, the length of ``z`` (at least 1).
+    """
 
     name: ClassVar[str]
     params: ClassVar[Mapping[str, Param]]
-    #: set by ``setup``: parameter count, the divisor of raw losses, the
-    #: per-example gradient-norm bound of scaled losses, clipped-loss count
+    # Optional: ``state_version: ClassVar[int]`` (0 when absent), raised whenever what
+    # the component pickles for ``resume`` changes meaning; a saved state of another
+    # version is not resumed (``harness.state``).
+    #: set by ``setup``: the parameter count (the dimension of ``w``)
     n_params: int
+    #: set by ``setup``: the divisor of raw losses (``losses = raw / scale_``)
     scale_: float
+    #: set by ``setup``: a bound on the norm of every scaled per-row gradient
+    #: over the ball ``||w|| <= radius`` of ``setup``
     grad_bound: float
+    #: losses clipped at 1 so far (a user-set scale below the proven bound)
     n_clipped: int
 
     def setup(self, dataset: Dataset, radius: float) -> dict[str, float]:
@@ -272,17 +321,33 @@ class Model(Protocol):
         ...
 
     def grad(self, w: np.ndarray, X: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """The gradient of ``sum_i weights_i losses_i`` (a clipped loss has none)."""
         ...
 
     def value_and_grad(
         self, w: np.ndarray, X: np.ndarray, y: np.ndarray, weights: np.ndarray
     ) -> tuple[float, np.ndarray]:
-        """``sum_i weights_i loss_i / loss_scale`` (never clipped: convex) and its gradient."""
+        """``sum_i weights_i raw_loss_i / scale_`` (never clipped: convex) and its
+        gradient; on one row with weight 1, that row's scaled loss and gradient."""
+        ...
+
+    def row_smoothness(self, X: np.ndarray) -> float | None:
+        """A constant ``L`` such that every scaled row loss ``raw_i / scale_`` (rows
+        of ``X``, any targets) is L-smooth in ``w`` on all of the parameter space:
+        ``||grad_i(a) - grad_i(b)|| <= L ||a - b||``; None when a loss is not
+        smooth or no constant is known (a solver that needs one then asks for
+        its step size)."""
         ...
 
     def task_metrics(self, w: np.ndarray, X: np.ndarray, y: np.ndarray, k: int) -> dict[str, float]:
         ...
 
+    # Optional: ``row_grad_bound(X, y, radius) -> float``, a bound on the norm
+    # of every scaled row gradient over ``||w|| <= radius`` for the rows of
+    # ``X`` and ``y`` (solvers that take gradients outside the ball of
+    # ``setup``, such as an accelerated method's extrapolated points, ask for
+    # a larger radius); without it a solver has ``grad_bound`` only, valid on
+    # the ball of ``setup``.
     # Optional: ``cvx_raw_losses(w, X, y)``, the raw losses as a cvxpy
     # expression of the flat parameter variable ``w`` (same layout as the numpy
     # ``w``); with it the exact optimum OPT can be computed (plugins.metrics.optimum).
