@@ -32,6 +32,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.p_players.adacvar",
     "plugins.p_players.uniform",
     "plugins.p_players.ru_sgd",
+    "plugins.p_players.soft_cvar",
     "plugins.w_players.ogd",
     "plugins.solvers.game",
     "plugins.solvers.lsvrg",

@@ -206,6 +206,47 @@ def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
         assert list((tmp_path / f"state{i}").glob("state-*.pkl")) == []
 
 
+def test_a_component_whose_state_version_changed_starts_afresh(tmp_path, monkeypatch):
+    # interrupted at round 3000 of 4000 (seed 3), then the p-player's
+    # state_version is raised: the saved state is not resumed, a warning names
+    # the p-player and both versions, and the run plays all 4000 rounds from the
+    # start (and the game's probe round) to the uninterrupted run's numbers.
+    # With the version unchanged the same saved state resumes (from the last
+    # checkpoint before round 3000: fewer than 4000 rounds played).
+    Flaky.calls, Flaky.fail_at = 0, None
+    reference = untimed(harness.run(_cfg(tmp_path, resume=False, tracking={"enabled": False}),
+                                    plugins=[Faulty()]))
+    cfg = _cfg(tmp_path, tracking={"enabled": False})
+    for bump in (True, False):
+        Flaky.calls, Flaky.fail_at = 0, 3000
+        with pytest.raises(KeyboardInterrupt):
+            harness.run(cfg, plugins=[Faulty()])
+        assert list((tmp_path / "state").glob("state-*.pkl"))
+        Flaky.calls, Flaky.fail_at = 0, None
+        with monkeypatch.context() as patch:
+            if bump:
+                patch.setattr(Flaky, "state_version", Flaky.state_version + 1)
+                with pytest.warns(RuntimeWarning, match=(
+                        r"not resumed \(the p-player \S+:Flaky saved it with state_version "
+                        rf"{Flaky.state_version - 1}; it is now {Flaky.state_version}\); "
+                        r"the run starts afresh")):
+                    final = harness.run(cfg, plugins=[Faulty()])
+                assert Flaky.calls >= 4000
+            else:
+                final = harness.run(cfg, plugins=[Faulty()])
+                assert Flaky.calls < 4000
+        assert untimed(final) == reference
+    # a file of another layout (an older FORMAT) is not resumed either
+    from harness import state
+
+    path = tmp_path / "old" / "state-x.pkl"
+    path.parent.mkdir()
+    path.write_bytes(__import__("pickle").dumps({"format": state.FORMAT - 1}))
+    with pytest.warns(RuntimeWarning, match=rf"its format is {state.FORMAT - 1}, this version "
+                                            rf"writes {state.FORMAT}"):
+        assert state.load(path, None) is None
+
+
 def _player_set_pairs() -> list[tuple[str, str]]:
     registry = Registry(harness.make_plugin_manager(load_entrypoints=False))
     pairs = []

@@ -83,7 +83,7 @@ def test_log_domain_survives_adversarial_switching_gains():
     # and the kept bound on the largest log-weight holds and is below 200
     assert np.all(np.isfinite(pp.weights_))
     np.testing.assert_allclose(pp.weights_, np.exp(pp.log_w_raw_), rtol=1e-12, atol=0)
-    assert pp.log_w_raw_.max() <= pp.state_[2][0] <= 200.0
+    assert pp.log_w_raw_.max() <= pp.state_.book[0] <= 200.0
 
 
 @pytest.mark.parametrize(("eta", "confidence"), [(None, "all"), (None, "sampled"), (50.0, "all")])
@@ -128,6 +128,35 @@ def test_confidence_variants(confidence):
         expected[rows] += bonus[rows]
     expected -= expected.max()
     np.testing.assert_allclose(pp.log_w_, expected, rtol=0, atol=1e-15)
+
+
+def _ogd_reference_step(w: np.ndarray, lr: float, radius: float, grad: np.ndarray) -> np.ndarray:
+    """Projected OGD in numpy: the step, then the scaling onto the ball."""
+    w = w - lr * grad
+    norm = np.linalg.norm(w)
+    return w * (radius / norm) if norm > radius else w
+
+
+def test_ogd_kernel_matches_a_numpy_reference():
+    # seed 1, d = 7, 200 steps of gradients of norm about 0.3 to 30 (so the
+    # projection is active in some steps only): OGD.step, which runs the
+    # compiled ogd_step, equals the numpy step to 1e-13 absolute every step
+    # (norms differ only in summation order), and w_bar is the mean of the
+    # iterates played to 1e-13
+    ogd = OGD(radius=1.5)
+    ogd.setup(dim=7, horizon=200, grad_bound=1.0)
+    rng = np.random.default_rng(1)
+    w = np.zeros(7)
+    played, projected = [], 0
+    for _ in range(200):
+        played.append(w)
+        grad = rng.normal(size=7) * 10.0 ** rng.uniform(-1.0, 1.0)
+        ogd.step(grad)
+        w = _ogd_reference_step(w, ogd.lr_, 1.5, grad)
+        projected += bool(np.linalg.norm(w) >= 1.5 - 1e-12)
+        np.testing.assert_allclose(ogd.w, w, rtol=0, atol=1e-13)
+    assert 10 < projected < 190 and ogd.rounds_ == 200
+    np.testing.assert_allclose(ogd.w_bar, np.mean(played, axis=0), rtol=0, atol=1e-13)
 
 
 def test_ogd_stays_in_ball_and_averages_played_iterates():

@@ -267,9 +267,12 @@ def test_adacvar_authors_row_law_is_p():
     # seed 0, 60000 draws: the row's frequencies match p = m / k (chi-square, 1e-3 level)
     from scipy.stats import chisquare
 
+    from plugins.p_players.adacvar import _refresh
+
     K, pp, _ = _adacvar(gamma=0.2)
-    pp.log_w_ = np.linspace(-2.0, 0.0, 30)
-    pp._refresh()
+    pp.log_w_[:] = np.linspace(-2.0, 0.0, 30)
+    pp.state_.current[0] = False  # the sigmoids kept are those of the old log-weights
+    _refresh(pp.state_)
     rng = np.random.default_rng(0)
     counts = np.bincount([int(pp.propose(rng).rows[0]) for _ in range(60000)], minlength=30)
     assert chisquare(counts, 60000 * pp.p).pvalue > 1e-3
@@ -284,7 +287,8 @@ def test_adacvar_authors_batch_from_the_k_subset():
         prop = pp.propose(rng)
         assert 1 <= prop.rows.size <= 3 and np.unique(prop.rows).size == prop.rows.size
         assert prop.weights.sum() == pytest.approx(1.0, abs=1e-15)
-        np.testing.assert_allclose(prop.weights * 3, pp.mult_)
+        # multiplicity / b: integers summing to b
+        np.testing.assert_array_equal(prop.weights * 3, np.rint(prop.weights * 3))
         pp.observe(np.full(prop.rows.size, 0.5))
         assert K.contains(pp.p, atol=1e-12)
     with pytest.raises(harness.ConfigError, match="batch_size"):
@@ -323,3 +327,103 @@ def test_on_the_kset_with_k_equal_n_p_stays_the_point(p_player):
         assert np.array_equal(np.sort(prop.rows), np.arange(n))
         pp.observe(rng.random(prop.rows.size))
         np.testing.assert_allclose(pp.p, 1.0 / n, rtol=1e-14, atol=0)
+
+
+# ---------------------------------------------------------- kernels against numpy references
+
+
+def _safl_reference_step(K, lam: np.ndarray, eta: float, rows: np.ndarray,
+                         losses: np.ndarray) -> np.ndarray:
+    """S-AFL's ascent step in numpy (Appendix E, subsection S-AFL): ``lambda +
+    eta (n/k) L_J 1_J``, projected by the set's own ``euclidean_project``."""
+    step = np.zeros(K.n)
+    step[rows] = (eta * K.n / K.k) * losses
+    return K.euclidean_project(lam + step)
+
+
+@pytest.mark.parametrize("constraint", ["kset", "simplex", "alphaset"])
+def test_safl_kernel_matches_a_numpy_reference(constraint):
+    # seed 5, n = 40, 300 rounds of random losses at a large step (eta = 0.05,
+    # so rows reach their caps): each round's lambda from safl_observe (one cap:
+    # the merge of the sorted lambda; the alpha-set's caps 1, 2 and 4 in units
+    # of 1/k: the set's projection) equals the numpy step from the same lambda
+    # to 1e-13; the action is lambda before the step, exactly
+    n = 40
+    kw = {"simplex": {}, "kset": {"k": 4},
+          "alphaset": {"k": 4, "caps": {"rows": ([1, 2, 1, 4] * n)[:n]}}}[constraint]
+    K = harness.build("constraint_set", constraint, n=n, **kw)
+    pp = harness.build("p_player", "safl", eta=0.05)
+    pp.setup(K, 1000)
+    rng, draws = np.random.default_rng(5), np.random.default_rng(6)
+    capped = 0
+    for _ in range(300):
+        lam = pp.p.copy()
+        prop = pp.propose(rng)
+        losses = draws.random(prop.rows.size)
+        pp.observe(losses)
+        want = _safl_reference_step(K, lam, pp.eta_, prop.rows[-K.k:], losses[-K.k:])
+        np.testing.assert_allclose(pp.p, want, rtol=0, atol=1e-13)
+        np.testing.assert_array_equal(prop.action_values, lam)
+        capped += int(np.sum(np.isclose(pp.p, K.row_caps(), rtol=0, atol=1e-15)))
+    assert capped > 0
+
+
+def _adacvar_reference_marginals(log_w: np.ndarray, k: int, gamma: float) -> np.ndarray:
+    """Ada-CVaR's marginals in numpy: ``(1 - gamma) sigmoid(nu + log w) + gamma k / n``
+    capped at 1, ``nu`` the root of ``sum m = k`` by scipy's brentq."""
+    from scipy.optimize import brentq
+
+    n = log_w.size
+    if k >= n:
+        return np.ones(n)
+
+    def sig(z):
+        return np.exp(-np.logaddexp(0.0, -z))
+
+    nu = brentq(lambda x: float(np.sum(sig(x + log_w))) - k, -log_w.max() + np.log(k / n) - 40,
+                -log_w.min() + np.log(k) + 40, xtol=1e-14, rtol=1e-15)
+    return np.minimum((1 - gamma) * sig(nu + log_w) + gamma * k / n, 1.0)
+
+
+@pytest.mark.parametrize("params", [{}, {"variant": "all_rows"}, {"batch_size": 3},
+                                    {"gamma": 0.3, "eps": 0.1}])
+def test_adacvar_kernel_matches_a_numpy_reference(params):
+    # seed 2, n = 30, k = 3, 400 rounds of random losses at eta = 0.5: every
+    # round, the log-weights from adacvar_observe equal the numpy update from
+    # the same log-weights and marginals (authors: EXP3 on 1 - L divided by m_j
+    # + eps, a row drawn m_j times counted m_j times; all_rows: gains L_i /
+    # m_i; then rebased to max 0) to 1e-13, and the marginals equal the numpy
+    # marginals of the new log-weights (root by brentq) to 1e-11
+    K = harness.build("constraint_set", "kset", n=30, k=3)
+    pp = harness.build("p_player", "adacvar", eta=0.5, **params)
+    pp.setup(K, 1000)
+    rng, draws = np.random.default_rng(2), np.random.default_rng(3)
+    for _ in range(400):
+        log_w, m = pp.log_w_.copy(), pp.marginals_.copy()
+        prop = pp.propose(rng)
+        losses = draws.random(prop.rows.size)
+        pp.observe(losses)
+        if pp.variant == "all_rows":
+            log_w[prop.rows] += pp.eta_ * losses / m[prop.rows]
+        else:
+            mult = prop.weights * pp.b_
+            log_w[prop.rows] -= pp.eta_ * mult * (1.0 - losses) / (m[prop.rows] + pp.eps)
+        log_w -= log_w.max()
+        np.testing.assert_allclose(pp.log_w_, log_w, rtol=0, atol=1e-13)
+        want = _adacvar_reference_marginals(pp.log_w_, 3, pp.gamma_)
+        np.testing.assert_allclose(pp.marginals_, want, rtol=0, atol=1e-11)
+        np.testing.assert_allclose(pp.p, want / 3, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize(("n", "b"), [(30, 3), (569, 20), (20000, 500)])
+def test_uniform_draws_numpys_choice(n, b):
+    # seed 4, 50 rounds: the rows of uniform_propose (the player's propose)
+    # are those of Generator.choice(n, b, replace=False) on a generator with
+    # the same seed, exactly; (20000, 500) takes numpy's tail shuffle
+    K = harness.build("constraint_set", "kset", n=n, k=b)
+    pp = harness.build("p_player", "uniform")
+    pp.setup(K, 1000)
+    mine, numpys = np.random.default_rng(4), np.random.default_rng(4)
+    for _ in range(50):
+        np.testing.assert_array_equal(pp.propose(mine).rows,
+                                      numpys.choice(n, size=b, replace=False))

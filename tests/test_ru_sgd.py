@@ -1,4 +1,5 @@
-"""ru_sgd (truncated CVaR) and soft_cvar (plugins/p_players/ru_sgd.py): unbiased steps,
+"""ru_sgd (truncated CVaR, plugins/p_players/ru_sgd.py) and soft_cvar
+(plugins/p_players/soft_cvar.py): unbiased steps,
 the threshold's fixed point, defaults, and convergence on a paper data set."""
 
 from __future__ import annotations
@@ -148,3 +149,45 @@ def test_practitioner_presets_compose_and_prepare(preset, dataset):
     prep = harness.prepare(plain)
     assert prep.context.params["dataset.name"] == dataset
     assert prep.context.config["reference"]["exact"] is True
+
+
+def _ru_reference_observe(scale, tau, tau_lr, temperature, rows, losses):
+    """The Rockafellar-Uryasev step in numpy: batch weights ``(n/b) c_i
+    slope(L_i - tau)`` with the slope ``1[x > 0]`` (temperature 0) or
+    ``sigmoid(x / T)``, then ``tau <- clip(tau - eta_tau (1 - sum v), 0, 1)``."""
+    excess = losses - tau
+    if temperature > 0.0:
+        slope = np.exp(-np.logaddexp(0.0, -excess / temperature))
+    else:
+        slope = (excess > 0.0).astype(np.float64)
+    weights = scale[rows] * slope
+    return weights, min(1.0, max(0.0, tau - tau_lr * (1.0 - float(weights.sum()))))
+
+
+@pytest.mark.parametrize(("name", "params"), [("ru_sgd", {}), ("soft_cvar", {}),
+                                              ("soft_cvar", {"temperature": 0.05})])
+def test_kernels_match_a_numpy_reference(name, params):
+    # n = 60, k = b = 6, 500 rounds (seeds 8, 9), tau_lr = 0.05 so tau moves:
+    # every round the batch weights of ru_sgd_observe equal the numpy step's
+    # from the same tau to 1e-13 (relative to the largest weight n/(b k) = 1.67),
+    # and so does the new tau; every ceil(n/b) = 10 rounds p is the set's lmo
+    # of the last losses seen, exactly
+    K, pp, _ = _player(name, 60, 6, 500, tau_lr=0.05, **params)
+    rng, draws = np.random.default_rng(8), np.random.default_rng(9)
+    seen = np.zeros(60)
+    temperature = getattr(pp, "temperature_", 0.0)
+    moved = 0
+    for t in range(1, 501):
+        tau = pp.tau
+        prop = pp.propose(rng)
+        if t % 10 == 0:
+            np.testing.assert_array_equal(pp.p, K.lmo(seen)[1])
+        losses = draws.random(prop.rows.size)
+        seen[prop.rows] = losses
+        weights = pp.observe(losses)
+        want, want_tau = _ru_reference_observe(pp.scale_, tau, pp.tau_lr_, temperature,
+                                               prop.rows, losses)
+        np.testing.assert_allclose(weights, want, rtol=0, atol=1e-13)
+        assert pp.tau == pytest.approx(want_tau, rel=0, abs=1e-13)
+        moved += pp.tau != tau
+    assert moved > 400

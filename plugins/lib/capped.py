@@ -18,7 +18,7 @@ functions; nothing here is registered.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -38,18 +38,11 @@ CAP_TOL = 1e-12
 
 def capped_kl_projection(log_w: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
     """KL (Bregman) projection of the weights ``exp(log_w)`` onto
-    ``{q : 0 <= q_i <= kappa, sum q = 1}`` (paper, Algorithm 4 and Lemma C.2).
-
-    The projection is ``q_i = min(kappa, lam * w_i)`` with ``lam`` such that
-    ``sum q = 1`` (Lemma C.2 (a)); the capped rows are the largest weights.
-    Instead of Algorithm 4's sort, the capped set is grown from empty: with
-    ``C`` capped, ``lam(C) = (1 - |C| kappa) / sum_{i not in C} w_i`` never
-    exceeds the optimal ``lam*`` when ``C`` is inside the optimal capped set,
-    so every row with ``lam(C) w_i > kappa`` is capped at the optimum too.
-    Each pass is O(n) and at most ``ceil(1/kappa) - 1 <= k - 1`` rows are ever
-    capped. Sums are taken relative to the largest uncapped log-weight, so
-    weights spanning any dynamic range (1e8 rounds of exponential updates)
-    neither overflow nor lose the small rows to cancellation.
+    ``{q : 0 <= q_i <= kappa, sum q = 1}`` (paper, Algorithm 4 and Lemma C.2):
+    ``q_i = min(kappa, lam * w_i)`` with ``sum q = 1`` (Lemma C.2 (a)), the
+    capped set grown from empty instead of Algorithm 4's sort, sums relative to
+    the largest uncapped log-weight (docs/algorithms.md, "The KL projection
+    onto a capped simplex"). O(n) per pass, at most ``k - 1`` rows capped.
 
     Returns ``q`` and the boolean mask of capped rows (``J_t``, Line 6 of
     Algorithm 2).
@@ -123,22 +116,10 @@ def kl_projection_row_caps(log_w, kappa, log_kappa):  # pragma: no cover - compi
 def alpha_kl_projection(log_w: np.ndarray, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """KL (Bregman) projection of the weights ``exp(log_w)`` onto
     ``{q : 0 <= q_i <= kappa_i, sum q = 1}``: Algorithm 4 (paper, Appendix C.2)
-    with a cap per row.
-
-    The KKT conditions of ``min sum q_i log(q_i / w_i)`` under the box and the
-    sum constraint give ``q_i = min(kappa_i, lam * w_i)`` with ``lam`` such that
-    ``sum q = 1``: every capped row sits at its own ``kappa_i``, every uncapped
-    row is ``w_i`` scaled by the common factor ``lam`` (Lemma C.2 (a) with
-    per-row caps). The capped rows are those with the largest ratio
-    ``w_i / kappa_i``. As in ``capped_kl_projection`` the capped
-    set ``C`` is grown from empty: ``lam(C) = (1 - sum_C kappa_i) / sum_{i not
-    in C} w_i`` never exceeds ``lam*`` while ``C`` lies inside the optimal capped
-    set (``sum_i min(kappa_i, lam w_i)`` is below ``sum_C kappa_i + lam sum_{not
-    C} w_i``, both increasing in ``lam``), so every row with ``lam(C) w_i >
-    kappa_i`` is capped at the optimum too. Each pass is O(n); since every
-    ``kappa_i >= 1/k`` (for ``k <= n``) at most k rows are ever capped, so at
-    most k + 1 passes. Sums are relative to the largest uncapped log-weight,
-    so any dynamic range of the weights is safe.
+    with a cap per row, ``q_i = min(kappa_i, lam * w_i)`` with ``sum q = 1``
+    (the KKT conditions; Lemma C.2 (a) with per-row caps), the capped set grown
+    from empty as in ``capped_kl_projection`` (docs/algorithms.md, "The KL
+    projection onto a capped simplex"). At most k + 1 passes of O(n).
 
     Returns ``q`` and the boolean mask of capped rows.
     """
@@ -245,8 +226,8 @@ def euclidean_projection_row_caps(v, caps):  # pragma: no cover - compiled
 def capped_set_point(ks, p, capped):  # pragma: no cover - compiled
     """If the set is the single point ``caps`` (``capped_set_state``'s
     ``point``), write it into ``p``, mark every row capped and return True."""
-    caps = ks[0]
-    if not ks[4]:
+    caps = ks.caps
+    if not ks.point:
         return False
     for i in range(p.size):
         p[i] = caps[i]
@@ -612,33 +593,57 @@ def needs_sets_of_k_rows(constraint: Any) -> str | None:
 # compiled form of a capped simplex (the round engine, ``harness.engine``)
 # ---------------------------------------------------------------------------
 
-#: the ``sampler`` words the compiled draw knows, and their codes in ``capped_set_state``
-SAMPLER_CODES = {"depround": 0, "systematic": 1, "multiset": 2, "categorical": 3}
+#: the compiled draws of ``capped_set_sample``, by code: DepRound (Algorithm 5),
+#: systematic sampling, the alpha-set's multiset sampler, the simplex's
+#: categorical draw (inverse CDF)
+DEPROUND, SYSTEMATIC, MULTISET, CATEGORICAL = 0, 1, 2, 3
+
+#: the ``sampler`` words the compiled draw knows, and their codes
+SAMPLER_CODES = {"depround": DEPROUND, "systematic": SYSTEMATIC, "multiset": MULTISET,
+                 "categorical": CATEGORICAL}
 
 #: the ``kernels`` reference of every capped simplex's compiled form
 CAPPED_SET = "plugins.lib.capped:capped_set"
 
 
-def capped_set_state(caps: np.ndarray, k: int, sampler: str, point: bool) -> tuple:
-    """The state tuple of the compiled capped simplex ``{0 <= p_i <= caps_i,
-    sum p = 1}`` drawn by ``sampler`` (a key of ``SAMPLER_CODES``; "categorical"
-    is the simplex's inverse-CDF draw). ``point``: the set is the single point
-    ``caps`` (every row capped by any projection).
+class CappedSetState(NamedTuple):
+    """The compiled state of the capped simplex ``{0 <= p_i <= caps_i, sum p = 1}``
+    (``capped_set_state``), read by field in the kernels."""
 
-    Layout: ``(caps, log_caps, k, sampler code, point, kappa, log_kappa,
-    cached_gamma, integer caps k c_i)``; ``kappa``/``log_kappa`` hold the caps
-    before mixing for the gamma in ``cached_gamma[0]`` (computed on first use)."""
+    #: the caps ``c_i`` and their logs
+    caps: np.ndarray
+    log_caps: np.ndarray
+    #: rows per draw (the size of the multiset on the alpha-set)
+    k: np.int64
+    #: the draw, one of the codes ``DEPROUND``, ``SYSTEMATIC``, ``MULTISET``, ``CATEGORICAL``
+    sampler: np.int64
+    #: the set is the single point ``caps`` (every row capped by any projection)
+    point: np.bool_
+    #: the caps before mixing, ``(c_i - gamma/n) / (1 - gamma)``, and their logs, for
+    #: the gamma in ``kappa_gamma[0]`` (NaN until first use; ``capped_set_kappa``)
+    kappa: np.ndarray
+    log_kappa: np.ndarray
+    kappa_gamma: np.ndarray
+    #: the integer caps ``k c_i`` (the multiset sampler's)
+    int_caps: np.ndarray
+
+
+def capped_set_state(caps: np.ndarray, k: int, sampler: str, point: bool) -> CappedSetState:
+    """The compiled state of the capped simplex ``{0 <= p_i <= caps_i, sum p =
+    1}`` drawn by ``sampler`` (a key of ``SAMPLER_CODES``; "categorical" is the
+    simplex's inverse-CDF draw). ``point``: the set is the single point
+    ``caps``."""
     caps = np.ascontiguousarray(caps, dtype=np.float64)
-    return (caps, np.log(caps), np.int64(k), np.int64(SAMPLER_CODES[sampler]),
-            np.bool_(point), np.empty(caps.size), np.empty(caps.size),
-            np.full(1, np.nan), np.rint(caps * k).astype(np.int64))
+    return CappedSetState(caps, np.log(caps), np.int64(k), np.int64(SAMPLER_CODES[sampler]),
+                          np.bool_(point), np.empty(caps.size), np.empty(caps.size),
+                          np.full(1, np.nan), np.rint(caps * k).astype(np.int64))
 
 
 @njit(cache=True, error_model="numpy")
 def capped_set_kappa(ks, gamma):  # pragma: no cover - compiled
     """The caps before mixing at rate gamma, ``kappa_i = (c_i - gamma/n) / (1 -
     gamma)`` (Line 5 of Algorithm 2), and their logs; computed once per gamma."""
-    caps, kappa, log_kappa, cached = ks[0], ks[5], ks[6], ks[7]
+    caps, kappa, log_kappa, cached = ks.caps, ks.kappa, ks.log_kappa, ks.kappa_gamma
     if cached[0] != gamma:
         n = caps.size
         for i in range(n):
@@ -656,14 +661,14 @@ def capped_set_project(ks, log_w, gamma):  # pragma: no cover - compiled
     with the uniform distribution at rate gamma; capped rows end at ``c_i``.
     Same arithmetic as the Python path (``capped_kl_projection``,
     ``alpha_kl_projection``). Raises ValueError where they do."""
-    caps, point = ks[0], ks[4]
+    caps, point = ks.caps, ks.point
     n = caps.size
     if not (0.0 <= gamma < 1.0):
         raise ValueError("gamma must be in [0, 1)")
     if point:
         return caps.copy(), np.ones(n, dtype=np.bool_)
     kappa, log_kappa = capped_set_kappa(ks, gamma)
-    if n * kappa[0] <= 1.0 + 1e-12 and ks[3] != 2:  # the k-set with k = n: the point 1/n
+    if n * kappa[0] <= 1.0 + 1e-12 and ks.sampler != MULTISET:  # k-set, k = n: the point 1/n
         return caps.copy(), np.ones(n, dtype=np.bool_)
     q, capped, feasible = kl_projection_row_caps(log_w, kappa, log_kappa)
     if not feasible:
@@ -701,9 +706,9 @@ def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
     """``K.sample(p, rng)`` of the k-set, the simplex and the alpha-set: the
     same law and the same uniforms from ``rng``, in the same order, as the
     Python path; returns ``(rows, multiplicities)``."""
-    k, code = ks[2], ks[3]
+    k, code = ks.k, ks.sampler
     n = p.size
-    if code == 0:  # DepRound: n coins drawn up front
+    if code == DEPROUND:  # DepRound: n coins drawn up front
         x = np.empty(n)
         for i in range(n):
             x[i] = p[i] * k
@@ -711,17 +716,17 @@ def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
         if rows[0] < 0:
             raise ValueError("DepRound did not end with exactly k rows: p must lie in S_n,k")
         return rows, np.ones(k, dtype=np.int64)
-    if code == 1:  # systematic: one offset, redrawn (at most 4 times) on a repeated row
+    if code == SYSTEMATIC:  # systematic: one offset, redrawn (at most 4 times) on a repeated row
         for _ in range(4):
             rows = _systematic_core(p, k, rng.random())
             if rows[0] >= 0:
                 return rows, np.ones(k, dtype=np.int64)
         raise ValueError("Systematic sampling did not give k distinct rows: p must lie in S_n,k")
-    if code == 2:  # the alpha-set's multiset
+    if code == MULTISET:  # the alpha-set's multiset
         kp = np.empty(n)
         for i in range(n):
             kp[i] = p[i] * k
-        rows, mult, r = multiset_round_core(kp, ks[8], rng.random(n), k)
+        rows, mult, r = multiset_round_core(kp, ks.int_caps, rng.random(n), k)
         if r < 0 or (rows.size > 0 and rows[0] < 0):
             raise ValueError("The multiset sampler needs k p to sum to k: p must lie in "
                              "the alpha-set")
@@ -746,4 +751,4 @@ def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
 @njit(cache=True, error_model="numpy")
 def capped_set_euclidean(ks, v):  # pragma: no cover - compiled
     """``K.euclidean_project(v)`` of the k-set, the simplex and the alpha-set."""
-    return euclidean_projection_row_caps(v, ks[0])
+    return euclidean_projection_row_caps(v, ks.caps)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -65,27 +65,12 @@ def dpp_shift(log_w: np.ndarray, k: float, start: float = -np.inf) -> float:
 
 @njit(cache=True, error_model="numpy")
 def _dpp_solve(log_w, k, start, sig, fresh):  # pragma: no cover - compiled
-    """``dpp_shift``, compiled: steps kept inside a bracket that every step
-    shrinks, with a bisection step whenever a step would leave it.
-
-    ``g`` is increasing. Since ``sigmoid(z) <= e^z``, ``g <= n e^(nu + max log_w)
-    - k``, which is 0 at ``lo = log k - max log_w - log n``, the default start;
-    since ``sigmoid(z) >= 1 - e^-z``, ``g`` is >= 0 at ``log k - min log_w + log(n)``
-    for ``k <= n - 1`` (``hi`` below has room to spare). Each step reads the
-    sigmoids ``s_i`` at ``nu`` once and sums ``g`` and its first five
-    derivatives, with ``d = s (1 - s)``: ``sigmoid^(1) = d``, ``sigmoid^(2) =
-    d (1 - 2s)``, ``sigmoid^(3) = d (1 - 6d)``, ``sigmoid^(4) = d (1 - 2s)(1 -
-    12d)``, ``sigmoid^(5) = d (1 - 30d + 120d^2)``. Within 0.05 of the root (by
-    Newton's estimate ``g / g'``) the step goes to the root of the degree-5
-    Taylor polynomial of ``g`` (its error there is below ``0.05^6 / 720``
-    times ``sum |sigmoid^(6)|``: from the previous round's root one step
-    usually lands within rounding); farther away it is Halley's (Newton's
-    where the curvature term would more than halve or double Newton's step).
-    The sums are taken in four interleaved partial sums (``_moments``; the
-    higher ones only when a step needs them). Stops
-    at the first ``nu`` where ``|g|`` is within the rounding of its sum
-    (``8 eps sqrt(n) k``), or where Newton's step or the bracket is within a
-    few ulps of ``nu``, at most 200 steps, and returns that ``nu``.
+    """``dpp_shift``, compiled: Halley and degree-5 Taylor steps on ``g(nu) =
+    sum_i sigmoid(nu + log_w_i) - k`` kept inside a bracket that every step
+    shrinks, bisecting whenever a step would leave it; stops where ``|g|`` is
+    within the rounding of its sum or the step within a few ulps, after at most
+    200 steps (the bracket and the steps derived in docs/algorithms.md,
+    "Ada-CVaR's marginals").
 
     ``sig`` receives ``sigmoid(nu + log_w)`` at the returned ``nu``: the
     marginals before mixing, the same bits as ``_sigmoid(nu + log_w)``.
@@ -245,6 +230,39 @@ def _taylor_root(g, m1, m2, m3, m4, m5):  # pragma: no cover - compiled
     return x
 
 
+class AdaCVaRState(NamedTuple):
+    """Ada-CVaR's state (its kernels' and its Python ``observe``'s), the arrays
+    changed in place."""
+
+    #: the log-weights (max 0), the marginals ``m`` and ``p = m / k``
+    log_w: np.ndarray
+    marginals: np.ndarray
+    p: np.ndarray
+    #: ``p`` before the last update (the authors' action ``a_t``)
+    before: np.ndarray
+    #: the running sums of ``p`` (the authors' one-row draw)
+    cdf: np.ndarray
+    #: every row ``0..n-1`` (the authors' action's rows)
+    all_rows: np.ndarray
+    #: the root ``nu`` of ``dpp_shift``, in a one-element array
+    nu: np.ndarray
+    eta: float
+    eps: float
+    #: rows drawn per round
+    b: int
+    #: the authors' variant (else all_rows)
+    authors: bool
+    #: the all_rows batch weights ``1/k``
+    batch: np.ndarray
+    #: k as a float, ``1 - gamma`` and ``gamma k / n`` (the mixing of the marginals)
+    k: float
+    scale: float
+    shift: float
+    #: ``sigmoid(nu + log w)``, and whether it is current for ``nu[0]``
+    sig: np.ndarray
+    current: np.ndarray
+
+
 class AdaCVaR:
     """Ada-CVaR's sampler (Curi, Levy, Jegelka, Krause 2020): exponential weights
     over the n rows whose k-set marginals come from an approximate k-DPP.
@@ -289,6 +307,7 @@ class AdaCVaR:
     """
 
     name: ClassVar[str] = "adacvar"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "variant": Param(str, default="authors", choices=("authors", "all_rows"),
@@ -344,23 +363,23 @@ class AdaCVaR:
             default = k * self.gamma_ / n
         self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale, default)
         self.log_w_ = np.zeros(n)
-        self.nu_ = -np.inf
         self.batch_weights_ = np.full(k, 1.0 / k)
         self.all_rows_ = np.arange(n)
-        self._refresh()
+        self.state_ = AdaCVaRState(
+            self.log_w_, np.empty(n), np.empty(n), np.empty(n), np.empty(n), self.all_rows_,
+            np.array([-np.inf]), float(self.eta_), float(self.eps), int(self.b_),
+            self.variant == "authors", self.batch_weights_, float(k), float(1 - self.gamma_),
+            float(self.gamma_ * k / n), np.zeros(n), np.array([False]))
+        self.marginals_, self.p_ = self.state_.marginals, self.state_.p
+        _refresh(self.state_)  # the marginals of the uniform start
+        self.state_.cdf[:] = _running_sums(self.p_)
         return {"variant": self.variant, "eta": self.eta_, "gamma": self.gamma_,
                 "eps": self.eps, "batch_size": self.b_}
 
-    def _refresh(self) -> None:
-        K = self.constraint_
-        if K.k >= K.n:
-            m = np.ones(K.n)
-        else:
-            self.nu_ = dpp_shift(self.log_w_, K.k, self.nu_)
-            m = _sigmoid(self.nu_ + self.log_w_)
-        m = (1 - self.gamma_) * m + self.gamma_ * K.k / K.n
-        self.marginals_ = np.minimum(m, 1.0)
-        self.p_ = self.marginals_ / K.k
+    @property
+    def nu_(self) -> float:
+        """The root of ``dpp_shift`` at the current log-weights (-inf before the first)."""
+        return float(self.state_.nu[0])
 
     @property
     def p(self) -> np.ndarray:
@@ -370,52 +389,35 @@ class AdaCVaR:
         K = self.constraint_
         if self.variant == "all_rows":
             self.rows_ = K.sample(self.p_, rng).rows  # k-set: multiplicities 1
+            self.weights_ = self.batch_weights_
             return Proposal(self.rows_, self.batch_weights_)
         if self.b_ == 1:  # a uniform row of S ~ m: row i with probability m_i / k = p_i
-            cdf = np.cumsum(self.p_)
-            row = min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), K.n - 1)
-            self.rows_, self.mult_ = np.array([row]), np.ones(1)
+            self.rows_ = np.array([_row_at(self.state_.cdf, rng.random())])
+            self.weights_ = np.ones(1)
         else:
             subset = K.sample(self.p_, rng).rows
             drawn = subset[rng.integers(0, subset.size, size=self.b_)]
             self.rows_, counts = np.unique(drawn, return_counts=True)
-            self.mult_ = counts.astype(np.float64)
-        return Proposal(self.rows_, self.mult_ / self.b_, self.all_rows_, self.p_)
+            self.weights_ = counts / self.b_
+        # a copy: observe updates p in place
+        return Proposal(self.rows_, self.weights_, self.all_rows_, self.p_.copy())
 
     def observe(self, losses: np.ndarray) -> None:
-        rows = self.rows_
-        if self.variant == "all_rows":
-            self.log_w_[rows] += self.eta_ * losses / self.marginals_[rows]
-        else:
-            self.log_w_[rows] -= (self.eta_ * self.mult_ * (1.0 - losses)
-                                  / (self.marginals_[rows] + self.eps))
-        self.log_w_ -= self.log_w_.max()
-        self._refresh()
+        """The step on the log-weights and the next marginals in
+        ``adacvar_observe``, the kernel the compiled path runs too."""
+        adacvar_observe(self.state_, None, self.rows_, self.weights_,
+                        np.ascontiguousarray(losses, dtype=np.float64))
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``) on the k-set and the simplex:
-        ``adacvar_propose``/``adacvar_observe`` on ``(log w, marginals, p,
-        p before the update, running sums of p, all rows, [nu], eta, eps, batch
-        size, authors variant, the all_rows batch weights, k, 1 - gamma,
-        gamma k / n, sigmoid(nu + log w), [that sigmoid is current])``, the
-        arrays changed in place and ``nu`` written back after each call; None
-        on any other set, and for a subclass that replaces a method the kernels
-        stand for."""
+        ``adacvar_propose``/``adacvar_observe`` on the player's state
+        (``AdaCVaRState``; the Python ``observe`` runs the same kernel); None
+        on any other set, and for a subclass that replaces a method the
+        kernels stand for."""
         if (constraint is None or constraint.kernels != CAPPED_SET
-                or replaces(self, AdaCVaR, ("propose", "observe", "_refresh"))):
+                or replaces(self, AdaCVaR, ("propose", "observe"))):
             return None
-        K = self.constraint_
-        current = K.k < K.n and bool(np.isfinite(self.nu_))
-        sig = _sigmoid(self.nu_ + self.log_w_) if current else np.zeros(K.n)
-        state = (self.log_w_, self.marginals_, self.p_, np.empty(K.n), _running_sums(self.p_),
-                 self.all_rows_, np.array([self.nu_], dtype=np.float64), float(self.eta_),
-                 float(self.eps), int(self.b_), self.variant == "authors",
-                 self.batch_weights_, float(K.k), float(1 - self.gamma_),
-                 float(self.gamma_ * K.k / K.n), sig, np.array([current]))
-        return Compiled("plugins.p_players.adacvar:adacvar", state, self._store)
-
-    def _store(self, state: tuple) -> None:
-        self.nu_ = float(state[6][0])
+        return Compiled("plugins.p_players.adacvar:adacvar", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """None: no theorem bounds this sampler's regret against the game's
@@ -435,30 +437,37 @@ def _running_sums(p):  # pragma: no cover - compiled
 
 
 @njit(cache=True, error_model="numpy")
+def _row_at(cdf, u):  # pragma: no cover - compiled
+    """The row drawn at the uniform ``u``: the number of running sums ``cdf``
+    at most ``u`` times the total (``np.searchsorted(cdf, u cdf[-1],
+    side="right")``), at most ``n - 1``."""
+    n = cdf.size
+    target = u * cdf[n - 1]
+    lo = 0
+    hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if cdf[mid] <= target:
+            lo = mid + 1
+        else:
+            hi = mid
+    return min(lo, n - 1)
+
+
+@njit(cache=True, error_model="numpy")
 def adacvar_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``AdaCVaR.propose``. Authors' variant: one row ``i`` with probability
-    ``p_i`` (the inverse CDF at ``u`` times the total, as ``np.searchsorted(...,
-    side="right")``), or with ``b > 1`` a k-subset from the set's sampler and
-    ``b`` uniform picks from it (Curi et al. 2020, Algorithm 1), rows in
+    ``p_i`` (``_row_at``), or with ``b > 1`` a k-subset from the set's sampler
+    and ``b`` uniform picks from it (Curi et al. 2020, Algorithm 1), rows in
     increasing order with weights ``m_j / b``. all_rows: the set's draw of k
     rows, weights ``1/k``."""
-    p, cdf, b, authors, batch = ps[2], ps[4], ps[9], ps[10], ps[11]
-    n = p.size
-    if not authors:
+    p, b = ps.p, ps.b
+    if not ps.authors:
         rows, _ = capped_set_sample(ks, p, rng)
-        return rows, batch
+        return rows, ps.batch
     if b == 1:
-        target = rng.random() * cdf[n - 1]
-        lo = 0
-        hi = n
-        while lo < hi:  # the number of running sums <= target
-            mid = (lo + hi) >> 1
-            if cdf[mid] <= target:
-                lo = mid + 1
-            else:
-                hi = mid
         rows = np.empty(1, dtype=np.int64)
-        rows[0] = min(lo, n - 1)
+        rows[0] = _row_at(ps.cdf, rng.random())
         return rows, np.ones(1)
     subset, _ = capped_set_sample(ks, p, rng)
     drawn = np.empty(b, dtype=np.int64)
@@ -484,20 +493,17 @@ def adacvar_propose(ps, ks, rng):  # pragma: no cover - compiled
 
 @njit(cache=True, error_model="numpy")
 def adacvar_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
-    """``AdaCVaR.observe`` and ``AdaCVaR._refresh``: the authors' EXP3 step on
-    ``1 - L`` (``log w_j -= eta m_j (1 - L_j) / (m_j + eps)``, multiplicities
-    ``b`` times the weights) or the all_rows gains step ``log w_i += eta L_i /
-    m_i``; the log-weights rebased to max 0; ``nu`` by ``_dpp_solve`` from the
-    previous root, whose first step reads the sigmoids of the previous round
-    (recomputed on the rows that moved; on every row after a rebase); then the
-    marginals ``(1 - gamma) sigmoid(nu + log w) + gamma k / n`` capped at 1,
-    ``p = m / k`` and its running sums. The action is ``p_t`` on every row
-    (authors) or ``1/k`` on the rows drawn (all_rows)."""
-    log_w, marginals, p, before, cdf, all_rows, nu = ps[0], ps[1], ps[2], ps[3], ps[4], ps[5], ps[6]
-    eta, eps, b, authors = ps[7], ps[8], ps[9], ps[10]
-    kf, scale, shift, sig, current = ps[12], ps[13], ps[14], ps[15], ps[16]
+    """``AdaCVaR.observe``: the authors' EXP3 step on ``1 - L`` (``log w_j -=
+    eta m_j (1 - L_j) / (m_j + eps)``, multiplicities ``b`` times the weights)
+    or the all_rows gains step ``log w_i += eta L_i / m_i``; the log-weights
+    rebased to max 0 (the sigmoids then stale on every row, else recomputed on
+    the rows that moved); the next marginals (``_refresh``). The action is
+    ``p_t`` on every row (authors) or ``1/k`` on the rows drawn (all_rows);
+    ``ks`` is not read."""
+    log_w, marginals, p, before, nu = ps.log_w, ps.marginals, ps.p, ps.before, ps.nu
+    eta, eps, b, sig, current = ps.eta, ps.eps, ps.b, ps.sig, ps.current
     n = log_w.size
-    if authors:
+    if ps.authors:
         for i in range(n):
             before[i] = p[i]
         for j in range(rows.size):
@@ -513,11 +519,26 @@ def adacvar_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compil
         for i in range(n):
             log_w[i] -= top
         current[0] = False
+    if current[0] and ps.k < n:
+        for j in range(rows.size):
+            sig[rows[j]] = _sigmoid_at(nu[0] + log_w[rows[j]])
+    _refresh(ps)
+    if ps.authors:
+        return weights, ps.all_rows, before
+    return weights, rows, weights
+
+
+@njit(cache=True, error_model="numpy")
+def _refresh(ps):  # pragma: no cover - compiled
+    """The marginals of the log-weights: ``nu`` by ``_dpp_solve`` from the
+    previous root (its first step reads ``sig`` when it is current), then
+    ``m = (1 - gamma) sigmoid(nu + log w) + gamma k / n`` capped at 1 (every
+    ``m_i = 1`` when ``k = n``), ``p = m / k`` and, for the authors' one-row
+    draw, its running sums."""
+    log_w, marginals, p, cdf, nu = ps.log_w, ps.marginals, ps.p, ps.cdf, ps.nu
+    kf, scale, shift, sig, current = ps.k, ps.scale, ps.shift, ps.sig, ps.current
+    n = log_w.size
     if kf < n:
-        if current[0]:
-            start = nu[0]
-            for j in range(rows.size):
-                sig[rows[j]] = _sigmoid_at(start + log_w[rows[j]])
         nu[0] = _dpp_solve(log_w, kf, nu[0], sig, current[0])
         current[0] = True
     for i in range(n):
@@ -526,14 +547,11 @@ def adacvar_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compil
         m = 1.0 if m > 1.0 else m
         marginals[i] = m
         p[i] = m / kf
-    if authors and b == 1:
+    if ps.authors and ps.b == 1:
         total = 0.0
         for i in range(n):
             total += p[i]
             cdf[i] = total
-    if authors:
-        return weights, all_rows, before
-    return weights, rows, weights
 
 
 @harness.hookimpl

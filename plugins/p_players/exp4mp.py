@@ -4,7 +4,7 @@ and on the alpha-set (the alpha-set appendix, D)."""
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -23,6 +23,31 @@ from plugins.lib.capped import (
     weights_row_caps,
 )
 from plugins.lib.steps import scale_param, scaled_step
+
+
+class Exp4MPState(NamedTuple):
+    """EXP4.MP's state (its kernels' and its Python ``observe``'s), the arrays
+    changed in place."""
+
+    #: the log-weights, rebased to max 0 only now and then (``exp4mp_project``)
+    log_w: np.ndarray
+    #: the weights ``exp(log_w)``, kept in step with the log-weights
+    w: np.ndarray
+    #: a bound on max log_w, the confidence terms' largest climb since the
+    #: weights were recomputed, the capped rows' cap mass and the number of free
+    #: rows (the last two: ``weights_row_caps``'s book)
+    book: np.ndarray
+    #: ``p_t`` and the capped rows ``J_t``
+    p: np.ndarray
+    capped: np.ndarray
+    #: rounds since the weights were recomputed, in a one-element array
+    since: np.ndarray
+    eta: float
+    gamma: float
+    #: the confidence coefficient ``c / sqrt(n T)``
+    conf: float
+    #: the confidence term on every row outside ``J_t`` (``confidence="all"``)
+    all_rows: bool
 
 
 class Exp4MP:
@@ -48,32 +73,15 @@ class Exp4MP:
     ``eta = k gamma / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``.
     Per round: O(n) (the dense confidence update and the projection).
 
-    Regret bound (``regret_bound``). The proof of the EXP4.MP regret theorem
-    (``th:EXP4.MP``, the k-set proof, Appendix C) bounds ``max_I G_I - G``, gains summed over the k
-    rows of an action, i.e. k times the regret in the units of the game
-    (``<L, a>`` with ``a = 1_I / k``, the units of the dual gap; the game's gap
-    theorem ``thm:general``, Appendix C). Redone for the first t rounds with the parameters in use
-    (``eps = c / sqrt(nT)`` the confidence coefficient, ``a = log(n/delta)``,
-    ``beta = gamma + 2 eta n / k``), and divided by k, it reads
-
-        R_p(t) <= beta t + log(n/k) / eta + eps n t / k
-                  + 2 eta eps^2 n^2 t / (k^2 gamma) + a / eps,
-
-    with probability at least 1 - delta, for all t <= T at once (the proof's
-    concentration step, Theorem 1 of Beygelzimer et al. 2011 with
-    ``sigma' = a / eps^2`` fixed in advance, is a supermartingale bound, so
-    Ville's inequality makes it uniform in t). At t = T and the defaults it is
-    ``th:EXP4.MP``'s ``2 sqrt(knT log(n/delta)) + 4 sqrt(knT log(n/k)) +
-    k log(n/delta)`` divided by k; before T the terms ``log(n/k)/eta`` and
-    ``a/eps``, fixed by the horizon's parameters, do not shrink. Two steps
-    differ from the paper's proof: rows in ``J_t`` are played surely but get
-    no estimate, so their gains are carried on both sides instead of using
-    ``L_hat = L`` there (the paper's (eq:Lhat)); and the final bound keeps
-    ``beta`` for a user-set eta. It needs ``eta (1 + eps) n / (k gamma) <= 1``
-    (so ``eta L_tilde <= 1``), ``beta < 1`` and ``eps^2 <= e - 2``; otherwise,
-    with ``confidence="sampled"`` (the concentration step needs the
-    confidence term on every uncapped row), and on sets other than
-    ``S_{n,k}``, ``regret_bound`` is None and no ``theory_bound`` is logged.
+    Regret bound (``regret_bound``): the proof of the EXP4.MP regret theorem
+    (``th:EXP4.MP``, Appendix C) redone for the first t rounds at the
+    parameters in use and divided by k (game units), with ``eps = c /
+    sqrt(nT)`` and ``beta = gamma + 2 eta n / k``: ``beta t + log(n/k)/eta +
+    eps n t/k + 2 eta eps^2 n^2 t/(k^2 gamma) + log(n/delta)/eps``, with
+    probability at least 1 - delta for every t <= T at once (derived in
+    docs/algorithms.md, "The p-players' regret bounds"). None with
+    ``confidence="sampled"``, outside the proof's conditions on the
+    parameters, and on sets other than ``S_{n,k}``.
 
     The set's ``sample`` gives a ``harness.Draw``: distinct rows with
     multiplicities ``m_i``, ``E[m_i] = k p_i`` (all 1 on the k-set; a multiset
@@ -89,6 +97,7 @@ class Exp4MP:
     """
 
     name: ClassVar[str] = "exp4mp"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
@@ -146,12 +155,10 @@ class Exp4MP:
         self.weights_ = np.ones(n)  # exp(log_w), kept in step with log_w
         self.p_ = np.empty(n)
         self.capped_ = np.zeros(n, dtype=bool)
-        # book: a bound on max log_w, the confidence terms' largest climb since
-        # the weights were recomputed, the capped rows' cap mass and the number
-        # of free rows; since: rounds since the weights were recomputed
-        self.state_ = (self.log_w_raw_, self.weights_, np.array([0.0, 0.0, 0.0, n]), self.p_,
-                       self.capped_, np.zeros(1, dtype=np.int64), float(self.eta_),
-                       float(self.gamma_), float(self.conf_), self.confidence == "all")
+        self.state_ = Exp4MPState(self.log_w_raw_, self.weights_, np.array([0.0, 0.0, 0.0, n]),
+                                  self.p_, self.capped_, np.zeros(1, dtype=np.int64),
+                                  float(self.eta_), float(self.gamma_), float(self.conf_),
+                                  self.confidence == "all")
         self.set_state_ = capped_set_state(caps, k, "depround",
                                            abs(float(caps.sum()) - 1.0) <= 1e-12)
         exp4mp_project(self.state_, self.set_state_, True, 0.0)
@@ -207,8 +214,8 @@ class Exp4MP:
 @njit(cache=True, error_model="numpy")
 def exp4mp_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Exp4MP.propose``: a draw with mean ``p_t`` (Line 11); batch weights ``m / k``."""
-    rows, mult = capped_set_sample(ks, ps[3], rng)
-    k = ks[2]
+    rows, mult = capped_set_sample(ks, ps.p, rng)
+    k = ks.k
     weights = np.empty(rows.size)
     for j in range(rows.size):
         weights[j] = mult[j] / k
@@ -256,8 +263,9 @@ def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
     their rounding never drifts by more than about 1e-13 relative. The sampled
     rows' gains (Line 14) come first; the confidence term (Line 15) on every
     uncapped row is then added in the projection's first pass."""
-    log_w, w, book, p, capped, since, eta, gamma, conf, all_rows = ps
-    k = ks[2]
+    log_w, w, book, p, capped = ps.log_w, ps.w, ps.book, ps.p, ps.capped
+    eta, conf, all_rows = ps.eta, ps.conf, ps.all_rows
+    k = ks.k
     stale = False
     for j in range(rows.size):
         i = rows[j]
@@ -277,7 +285,7 @@ def exp4mp_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
             w[i] *= np.exp(gain)
         if log_w[i] > book[0]:
             book[0] = log_w[i]
-    since[0] += 1
+    ps.since[0] += 1
     exp4mp_project(ps, ks, stale, eta * conf if all_rows else 0.0)
     return weights, rows, weights
 
@@ -294,8 +302,9 @@ def exp4mp_project(ps, ks, refresh, c):  # pragma: no cover - compiled
     the round instead. The common round is three passes over the rows that
     vectorise or keep four running sums: the confidence term, the sum of
     the free weights, and ``p`` with the check of the capped set."""
-    log_w, w, book, p, capped, since, eta, gamma, conf, all_rows = ps
-    caps, k = ks[0], ks[2]
+    log_w, w, book, p, capped, since = ps.log_w, ps.w, ps.book, ps.p, ps.capped, ps.since
+    gamma = ps.gamma
+    caps, k = ks.caps, ks.k
     n = p.size
     if capped_set_point(ks, p, capped):
         return

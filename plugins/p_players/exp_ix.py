@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -14,6 +14,20 @@ from harness.engine import replaces
 from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.p_players.draws import pairwise_sum
+
+
+class Exp3IXState(NamedTuple):
+    """EXP3-IX's state (its kernels' and its Python ``observe``'s), the arrays
+    changed in place."""
+
+    #: the log-weights (max 0), ``p_t`` and the weights ``exp(log_w)``
+    log_w: np.ndarray
+    p: np.ndarray
+    w: np.ndarray
+    #: the value of ``a_t = e_{i_t}`` on its row and the batch weight: ``[1]``
+    one: np.ndarray
+    eta: float
+    gamma: float
 
 
 class Exp3IX:
@@ -30,28 +44,16 @@ class Exp3IX:
     ``eta_scale`` multiplies that eta (``plugins.lib.steps``), and gamma's
     default ``eta / 2`` follows the scaled eta.
 
-    Regret bound (``regret_bound``), in game units (the simplex: ``<L, a>`` with
-    ``a = e_i``, the units of the dual gap). Neu (2015)'s proof of his Theorem 1,
-    the source of ``th:shalev``, redone for the first t rounds at the eta and
-    gamma in use: the exponential-weights bound with non-negative estimates,
-    ``<p_t, l_hat_t> = l_{t,i_t} - gamma sum_i l_hat_ti``, and his Lemma 1 twice
-    (each row, union over n rows, failure delta/2; all rows at once, failure
-    delta/2) give, with probability at least 1 - delta,
-
-        R_p(t) <= log(n)/eta + log(2n/delta)/(2 gamma)
-                  + (eta/2 + gamma) (n t + log(2/delta)/(2 gamma)),
-
-    for all t <= T at once (Lemma 1 is a supermartingale bound with gamma fixed,
-    so Ville's inequality makes it uniform in t). At t = T and the defaults it
-    is ``2 sqrt(2nT log n) + (sqrt(nT / (2 log n)) + 1) log(2/delta)``, below
-    the printed ``th:shalev`` bound (whose ``log(2/delta)`` coefficient is
-    ``sqrt(2nT / log n)``). The terms ``log(n)/eta`` and
-    ``log(2n/delta)/(2 gamma)`` do not shrink before T: at t = 1e5 of a run
-    with n = 569, T = 1e7, they alone exceed 3.4 per round. None if
-    ``gamma = 0`` (no implicit exploration, no high-probability bound).
+    Regret bound (``regret_bound``), in game units, with probability at least
+    1 - delta for every t <= T at once: Neu (2015)'s proof of his Theorem 1
+    (the source of ``th:shalev``) redone for the first t rounds at the eta and
+    gamma in use, ``log(n)/eta + log(2n/delta)/(2 gamma) + (eta/2 + gamma)
+    (n t + log(2/delta)/(2 gamma))`` (derived in docs/algorithms.md, "The
+    p-players' regret bounds"). None if ``gamma = 0``.
     """
 
     name: ClassVar[str] = "exp_ix"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
@@ -90,8 +92,8 @@ class Exp3IX:
         self.log_w_ = np.zeros(n)
         self.p_ = np.full(n, 1.0 / n)
         self.one_ = np.ones(1)
-        self.state_ = (self.log_w_, self.p_, _exp(self.log_w_), self.one_, float(self.eta_),
-                       float(self.gamma_))
+        self.state_ = Exp3IXState(self.log_w_, self.p_, _exp(self.log_w_), self.one_,
+                                  float(self.eta_), float(self.gamma_))
         return {"eta": self.eta_, "gamma": self.gamma_, "delta": self.delta}
 
     @property
@@ -112,9 +114,8 @@ class Exp3IX:
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``) on a capped simplex:
-        ``exp_ix_propose``/``exp_ix_observe`` on ``(log_w, p, w = exp(log_w),
-        a_t's value [1], eta, gamma)``, the arrays changed in place; None on
-        any other set."""
+        ``exp_ix_propose``/``exp_ix_observe`` on the player's state
+        (``Exp3IXState``); None on any other set."""
         if (constraint is None or constraint.kernels != CAPPED_SET
                 or replaces(self, Exp3IX, ("propose", "observe"))):
             return None
@@ -146,8 +147,8 @@ def _exp(log_w):  # pragma: no cover - compiled
 def exp_ix_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Exp3IX.propose``: ``i_t ~ p_t`` by the set's draw (``K.sample``,
     ``capped_set_sample``; Algorithm 3, Lines 4-5), ``a_t = e_{i_t}``."""
-    rows, _ = capped_set_sample(ks, ps[1], rng)
-    return rows, ps[3]
+    rows, _ = capped_set_sample(ks, ps.p, rng)
+    return rows, ps.one
 
 
 @njit(cache=True, error_model="numpy")
@@ -160,7 +161,7 @@ def exp_ix_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
     unless the rebase moves every row (``i_t`` was the only row at the
     maximum) and all n are recomputed; O(n) for the sum and ``p``. numpy's
     error model: a division by zero gives inf, as in the Python method."""
-    log_w, p, w, action, eta, gamma = ps
+    log_w, p, w, action, eta, gamma = ps.log_w, ps.p, ps.w, ps.one, ps.eta, ps.gamma
     n = log_w.size
     i = rows[0]
     log_w[i] -= eta * (1.0 - losses[0]) / (p[i] + gamma)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -23,7 +23,34 @@ from plugins.lib.capped import (
     weights_row_caps,
 )
 from plugins.lib.steps import scale_param, scaled_step
-from plugins.p_players.kset_tree import CappedWeightTree, tree_ix_step, tree_sample
+from plugins.p_players.kset_tree import CappedWeightTree, TreeState, tree_ix_step, tree_sample
+
+
+class DenseState(NamedTuple):
+    """EXP-IX-M's dense state (``state="dense"``; its kernels' and its Python
+    ``observe``'s), the arrays changed in place."""
+
+    #: ``p_t`` and the weights' scratch
+    p: np.ndarray
+    w: np.ndarray
+    #: the batch weights ``1/k``
+    batch: np.ndarray
+    eta: float
+    gamma: float
+    #: the capped rows of ``p``, and their cap mass and number of free rows
+    #: (``weights_row_caps``'s book)
+    capped: np.ndarray
+    book: np.ndarray
+
+
+class TreePlayerState(NamedTuple):
+    """EXP-IX-M's state with ``state="tree"``: the tree's record and the step."""
+
+    tree: TreeState
+    #: the batch weights ``1/k``
+    batch: np.ndarray
+    eta: float
+    gamma: float
 
 
 class ExpIXM:
@@ -40,34 +67,15 @@ class ExpIXM:
     without mixing: IX needs no uniform exploration). The action is
     ``a_t = (1/k) 1_{I_t}``.
 
-    Guarantee (``regret_bound``; game units: ``a_t, u`` in ``S_{n,k}``, losses
-    in [0, 1], the units of the dual gap). The paper has no theorem for this
-    player; the bound is Neu (2015)'s argument for EXP3-IX (his Theorem 1 and
-    Lemma 1) carried to multiple plays. With probability at least
-    ``1 - delta``, for every ``u`` in ``S_{n,k}`` and every t <= T at once
-    (Lemma 1 is a supermartingale bound, uniform in t by Ville's inequality),
-    ``sum_{s <= t} <L_s, u - a_s>`` is at most
-
-        log(n/k)/eta + log(n/delta)/(2 gamma)
-          + ((eta/2 + gamma)/k) (n t + n log(n/delta)/(2 gamma)),
-
-    at the eta and gamma in use (so it holds at every checkpoint of the run;
-    None if ``gamma = 0``).
-
-    Proof sketch: ``<a_t, l_t> = <p_t, l_hat_t> + (gamma/k) sum_i l_hat_ti``
-    exactly; the mirror-descent bound with non-negative estimates (KL from the
-    uniform start at most ``log(n/k)`` on ``S_{n,k}``) and
-    ``sum_i p_i l_hat_i^2 <= (1/k) sum_i l_hat_i``; Neu's Lemma 1 applied to
-    each row alone (``alpha = 2 gamma``) and a union bound over the n rows give
-    ``sum_t (l_hat_ti - l_ti) <= log(n/delta)/(2 gamma)`` for every i. With
-    ``eta = 2 gamma = sqrt(k (log(n/k) + log(n/delta)) / (n T))`` (the
-    defaults) the bound is ``2 sqrt(n T (log(n/k) + log(n/delta)) / k) +
-    (n/k) log(n/delta)``. No confidence term is added to any row: the
-    high-probability control comes from the estimate's bias alone.
-
-    EXP4.MP (``exp4mp``, Theorem 4.1 ``th:topk``) instead adds the confidence term
-    ``c U_i / sqrt(nT)`` to every row outside ``J_t``, which touches all n
-    rows each round: O(n) per round with the dense projection and DepRound.
+    Guarantee (``regret_bound``; game units). The paper has no theorem for
+    this player: Neu (2015)'s argument for EXP3-IX (his Theorem 1 and Lemma 1)
+    carried to multiple plays gives, with probability at least ``1 - delta``,
+    for every ``u`` in ``S_{n,k}`` and every t <= T at once, ``log(n/k)/eta +
+    log(n/delta)/(2 gamma) + ((eta/2 + gamma)/k) (n t + n log(n/delta)/(2
+    gamma))`` at the eta and gamma in use (None if ``gamma = 0``; proof sketch
+    in docs/algorithms.md, "The p-players' regret bounds"). No confidence
+    term is added to any row, unlike EXP4.MP (``exp4mp``, Theorem 4.1
+    ``th:topk``), whose term touches all n rows each round.
 
     Cost per round: ``state="tree"`` keeps ``p_t`` in a tree of sums and maxima
     (``plugins.p_players.kset_tree``) and samples systematically (Madow): O(k log n)
@@ -82,6 +90,7 @@ class ExpIXM:
     """
 
     name: ClassVar[str] = "exp_ix_m"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
@@ -131,18 +140,16 @@ class ExpIXM:
         self.eta_ = scaled_step(self.name, "eta", self.eta, self.eta_scale,
                                 math.sqrt(k * width / (n * T)))
         self.gamma_ = self.gamma if self.gamma is not None else self.eta_ / 2
+        self.weights_ = np.full(k, 1.0 / k)
         if state == "tree":
             self.tree_ = CappedWeightTree(n, k)
-        self.weights_ = np.full(k, 1.0 / k)
-        if state != "tree":
+        else:
             self.tree_ = None
             self.p_ = np.full(n, 1.0 / n)
             caps = constraint.row_caps()
-            # the weights scratch, the capped rows of p and their cap mass and
-            # number of free rows (weights_row_caps)
-            self.dense_state_ = (self.p_, np.empty(n), self.weights_, float(self.eta_),
-                                 float(self.gamma_), np.zeros(n, dtype=bool),
-                                 np.array([0.0, n]))
+            self.dense_state_ = DenseState(self.p_, np.empty(n), self.weights_, float(self.eta_),
+                                           float(self.gamma_), np.zeros(n, dtype=bool),
+                                           np.array([0.0, n]))
             self.set_state_ = capped_set_state(caps, k, "depround",
                                                abs(float(caps.sum()) - 1.0) <= 1e-12)
         return {"eta": self.eta_, "gamma": self.gamma_, "delta": self.delta, "state": state}
@@ -152,41 +159,37 @@ class ExpIXM:
         return self.tree_.p if self.tree_ is not None else self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        tree = self.tree_
-        if tree is None:
+        if self.tree_ is None:
             self.rows_ = self.constraint_.sample(self.p_, rng).rows  # multiplicities 1
-        else:
-            rows = tree.sample(rng.random())
-            while rows is None:  # two targets in one row by rounding: about 1e-16 per draw
-                rows = tree.sample(rng.random())
-            self.rows_ = rows
+        else:  # the tree's draw (tree_sample), the kernel the compiled path runs too
+            self.rows_ = tree_sample(self.tree_.state_, rng).copy()
         return Proposal(self.rows_, self.weights_)
 
     def observe(self, losses: np.ndarray) -> None:
-        if self.tree_ is not None:
+        losses = np.ascontiguousarray(losses, dtype=np.float64)
+        if self.tree_ is not None:  # tree_ix_step, the kernel the compiled path runs too
             self.tree_.ix_step(self.rows_, losses, self.eta_, self.gamma_)
             return None
         # the IX step and the projection onto the row caps in the kernel the
         # compiled path runs too, so both paths round alike
         exp_ix_m_dense_observe(self.dense_state_, self.set_state_, self.rows_, self.weights_,
-                               np.ascontiguousarray(losses, dtype=np.float64))
+                               losses)
         return None
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``). ``state="tree"``:
-        ``exp_ix_m_tree_propose``/``exp_ix_m_tree_observe`` on the tree's arrays
-        (``CappedWeightTree.compiled_state``), on any set (the tree draws and
-        projects itself); ``state="dense"``: ``exp_ix_m_dense_propose``/
-        ``exp_ix_m_dense_observe`` on ``(p, weights scratch, batch weights, eta,
-        gamma, capped rows, (cap mass, free rows))`` with the set's draw, on a
-        capped simplex only."""
+        ``exp_ix_m_tree_propose``/``exp_ix_m_tree_observe`` on ``TreePlayerState``
+        (the tree's record), on any set (the tree draws and projects itself);
+        ``state="dense"``: ``exp_ix_m_dense_propose``/``exp_ix_m_dense_observe``
+        on ``DenseState`` with the set's draw, on a capped simplex only. The
+        Python methods run the same kernels but the dense draw (the set's
+        ``sample``)."""
         if constraint is None or replaces(self, ExpIXM, ("propose", "observe")):
             return None
         if self.tree_ is not None:
-            tree = self.tree_
-            state = (tree.compiled_state(), self.weights_, float(self.eta_), float(self.gamma_))
-            return Compiled("plugins.p_players.exp_ix_m:exp_ix_m_tree", state,
-                            lambda state: tree.compiled_store(state[0]))
+            state = TreePlayerState(self.tree_.state_, self.weights_, float(self.eta_),
+                                    float(self.gamma_))
+            return Compiled("plugins.p_players.exp_ix_m:exp_ix_m_tree", state)
         if constraint.kernels != CAPPED_SET:
             return None
         return Compiled("plugins.p_players.exp_ix_m:exp_ix_m_dense", self.dense_state_)
@@ -208,8 +211,8 @@ def exp_ix_m_dense_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``ExpIXM.propose`` with ``state="dense"``: k distinct rows with
     ``P[i in I_t] = k p_i`` by the set's draw (Algorithm 2, Line 11); batch
     weights ``1/k``."""
-    rows, _ = capped_set_sample(ks, ps[0], rng)
-    return rows, ps[2]
+    rows, _ = capped_set_sample(ks, ps.p, rng)
+    return rows, ps.batch
 
 
 @njit(cache=True, error_model="numpy")
@@ -223,7 +226,7 @@ def exp_ix_m_dense_observe(ps, ks, rows, weights, losses):  # pragma: no cover -
     into ``p``; the action is ``1/k`` on the sampled rows. O(n), in passes
     that vectorise. numpy's error model: a division by zero gives inf."""
     p, w, batch, eta, gamma, capped, book = ps
-    caps, k = ks[0], ks[2]
+    caps, k = ks.caps, ks.k
     n = p.size
     if capped_set_point(ks, p, capped):
         return batch, rows, batch
@@ -246,7 +249,7 @@ def exp_ix_m_tree_propose(ps, ks, rng):  # pragma: no cover - compiled
     descents of the tree (``CappedWeightTree.sample``, ``tree_sample``; the
     draw of Algorithm 2, Line 11), one offset per try, redrawn while two
     targets fall in one row; batch weights ``1/k``. O(k log n)."""
-    return tree_sample(ps[0], rng), ps[1]
+    return tree_sample(ps.tree, rng), ps.batch
 
 
 @njit(cache=True, error_model="numpy")
@@ -255,8 +258,8 @@ def exp_ix_m_tree_observe(ps, ks, rows, weights, losses):  # pragma: no cover - 
     (``tree_ix_step``: the IX step on the sampled rows, the KL projection of
     Algorithm 4 on the largest weights, a rebase when due); the action is
     ``1/k`` on the sampled rows. O(k log n) but for the rare O(n) rebase."""
-    tree_ix_step(ps[0], rows, losses, ps[2], ps[3])
-    return ps[1], rows, ps[1]
+    tree_ix_step(ps.tree, rows, losses, ps.eta, ps.gamma)
+    return ps.batch, rows, ps.batch
 
 
 @harness.hookimpl

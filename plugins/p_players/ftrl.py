@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -24,6 +24,25 @@ from plugins.lib.steps import scale_param, scaled_step
 from plugins.lib.vecmath import extremes, vexp
 
 
+class FTRLState(NamedTuple):
+    """OL-FTRL's state on a capped simplex (its kernels' and its Python
+    ``observe``'s), the arrays changed in place."""
+
+    #: the cumulative log-weights ``eta sum_s L_s`` rebased to max 0
+    log_w: np.ndarray
+    #: ``p_t`` and last round's ``p`` (the batch weights and the action)
+    p: np.ndarray
+    previous: np.ndarray
+    #: every row ``0..n-1``
+    rows: np.ndarray
+    eta: float
+    #: the weights ``exp(log_w)`` (scratch), the capped rows, and
+    #: ``weights_row_caps``'s book (cap mass, number of free rows)
+    w: np.ndarray
+    capped: np.ndarray
+    book: np.ndarray
+
+
 class FTRL:
     """Entropic FTRL over ``K``: all n rows are evaluated every round.
 
@@ -36,27 +55,16 @@ class FTRL:
     "Parameters for Section 6", subsection OL-FTRL). Per round O(n d).
 
     Regret bound (``regret_bound``): that theorem's ``R_t <= log(n/k) / eta +
-    eta t`` (FTRL with the 1/eta-strongly convex entropic regulariser,
-    Shalev-Shwartz 2007, Theorem 2.15), which holds for the first t rounds of
-    any run at the eta in use, deterministically (probability 1), in game
-    units (``<L, p>`` with ``p`` in K and ``a_t = p_t``: the units of the dual
-    gap); ``2 sqrt(T log(n/k))`` at t = T and the default eta.
-
-    The paper's Table 3 does not use this eta: its breast-cancer OL-FTRL rate,
-    1.95e-2, is ``sqrt(2 log(n/k) / T)`` (n = 569, k = 20, T = 1e7 // n), a
-    factor sqrt(2) above the theorem's 1.38e-2; its Boston rate, 7.04e-3,
-    matches neither (the theorem gives 1.28e-2 for n = 506, and
-    ``sqrt(2 log(n/k) / T)`` 1.81e-2). The theorem's value is the default.
-
-    ``log(n/k)`` is the entropy's range over ``S_{n,k}``. On a set with row
-    caps ``c`` (``row_caps()``: ``K = {0 <= p_i <= c_i, sum p = 1}``, e.g. the
-    alpha-set's ``alpha``) the range is at most ``log(n max_i c_i)`` (``H(p) >=
-    -log max_i p_i``), which takes its place (``log(n/k)`` when every
-    ``c_i = 1/k``); on a set of another form, ``log(n)``, the range over the
-    whole simplex.
+    eta t``, deterministic, for the first t rounds at the eta in use, in game
+    units; ``2 sqrt(T log(n/k))`` at t = T and the default eta. On a set with
+    row caps ``c`` (``row_caps()``) ``log(n max_i c_i)`` takes the place of
+    ``log(n/k)``; on a set of another form, ``log(n)`` (``entropy_range``). The
+    paper's Table 3 rates differ from the theorem's eta (docs/algorithms.md,
+    "The p-players' regret bounds").
     """
 
     name: ClassVar[str] = "ftrl"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
@@ -93,10 +101,8 @@ class FTRL:
         self.set_state_ = capped_set_state(caps, constraint.k, "depround",
                                            abs(float(caps.sum()) - 1.0) <= 1e-12)
         self.p_ = np.empty(n)
-        # state: log-weights, p, last round's p, the rows, eta, the weights
-        # exp(log_w), the capped set and its book (cap mass, number of free rows)
-        self.state_ = (self.log_w_, self.p_, np.empty(n), self.rows_, float(self.eta_),
-                       np.empty(n), np.zeros(n, dtype=bool), np.zeros(2))
+        self.state_ = FTRLState(self.log_w_, self.p_, np.empty(n), self.rows_, float(self.eta_),
+                                np.empty(n), np.zeros(n, dtype=bool), np.zeros(2))
         ftrl_project(self.state_, self.set_state_)
         return {"eta": self.eta_}
 
@@ -158,7 +164,7 @@ TINY_FREE = 1e-250
 def ftrl_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``FTRL.propose``: every row, weighted by ``p_t`` (OL-FTRL, Section 6 and
     Appendix E)."""
-    return ps[3], ps[1]
+    return ps.rows, ps.p
 
 
 @njit(cache=True, error_model="numpy")
@@ -169,8 +175,7 @@ def ftrl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     and the action are ``p_t``, copied to ``previous``. The largest
     log-weight comes from ``extremes`` (``plugins.lib.vecmath``); a NaN or
     infinite log-weight raises ValueError, as the set's own projection does."""
-    log_w, p, previous = ps[0], ps[1], ps[2]
-    eta = ps[4]
+    log_w, p, previous, eta = ps.log_w, ps.p, ps.previous, ps.eta
     n = log_w.size
     for i in range(n):
         previous[i] = p[i]
@@ -192,9 +197,8 @@ def ftrl_project(ps, ks):  # pragma: no cover - compiled
     (``vexp``, a pass that vectorises), by ``weights_row_caps``, the capped
     set warm-started from the last round's (Lemma C.2; ``log_row_caps`` from
     the log-weights if the free weights underflow)."""
-    log_w, p = ps[0], ps[1]
-    w, capped, book = ps[5], ps[6], ps[7]
-    caps = ks[0]
+    log_w, p, w, capped, book = ps.log_w, ps.p, ps.w, ps.capped, ps.book
+    caps = ks.caps
     if capped_set_point(ks, p, capped):
         return
     kappa, log_kappa = capped_set_kappa(ks, 0.0)

@@ -41,15 +41,16 @@ The tree is ``FANOUT``-ary, levels stored bottom-up in one array of
 (``ceil(log_16 n)`` levels: 6 at n = 1e7). Memory: 8 n bytes for the leaves
 plus about 16 n / 15 bytes for the tree.
 
-The compiled round engine (``harness.engine``) runs the same functions on the
-tree's arrays: ``CappedWeightTree.compiled_state`` hands them over as a tuple
-with scratch buffers, so that ``tree_sample`` and ``tree_ix_step`` (the
-``sample`` and ``ix_step`` of the class) allocate nothing per round.
+The tree keeps its arrays, counters and scratch buffers in one record
+(``TreeState``, ``CappedWeightTree.state_``), on which its Python methods and
+the compiled round engine (``harness.engine``) run the same kernels
+(``tree_sample``, ``tree_ix_step``), which allocate nothing per round.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -273,19 +274,12 @@ def _project(w, nodes, offsets, sizes, kappa, capped):  # pragma: no cover - com
 
 
 @njit(cache=True, error_model="numpy")
-def _ix_step(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
-             capped):  # pragma: no cover - compiled
-    """The implicit-exploration step of ``plugins.p_players.exp_ix_m`` on the sampled rows,
-    ``w_i *= exp(-eta (1 - L_i) / (k p_i + gamma))`` with ``p_i = w_i / sum(w)``,
-    then the projection; returns the number of capped rows."""
-    return _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa, capped,
-                         np.empty(rows.size, dtype=np.int64))
-
-
-@njit(cache=True, error_model="numpy")
 def _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa, capped,
                   g):  # pragma: no cover - compiled
-    """``_ix_step`` with the node indices in the scratch ``g`` (``rows.size`` entries)."""
+    """The implicit-exploration step of ``plugins.p_players.exp_ix_m`` on the
+    sampled rows, ``w_i *= exp(-eta (1 - L_i) / (k p_i + gamma))`` with ``p_i =
+    w_i / sum(w)``, then the projection; returns the number of capped rows.
+    ``g``: scratch for the node indices (``rows.size`` entries)."""
     total = nodes[offsets[sizes.size - 1], 0]
     for j in range(rows.size):
         i = rows[j]
@@ -294,12 +288,38 @@ def _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa, 
     return _project(w, nodes, offsets, sizes, kappa, capped)
 
 
+class TreeState(NamedTuple):
+    """The tree's arrays (changed in place), constants, counters and scratch,
+    read by field in the kernels."""
+
+    #: the leaves (weights), the ``(sum, max)`` nodes, the levels' offsets and sizes
+    w: np.ndarray
+    nodes: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    #: rows per draw and the cap
+    k: np.int64
+    kappa: float
+    #: the last draw's rows and the rows capped by the last projection
+    rows: np.ndarray
+    capped: np.ndarray
+    #: the number of capped rows and of rebases, one-element arrays
+    n_capped: np.ndarray
+    rebases: np.ndarray
+    #: rebase when the largest weight falls below this
+    rebase_below: float
+    #: scratch of a draw: its k targets and node indices
+    targets: np.ndarray
+    nodes_at: np.ndarray
+
+
 class CappedWeightTree:
     """``p = w / sum(w)`` on ``S_{n,k}`` (cap ``kappa``, 1/k by default) with
     O(log n) updates, projection and systematic sampling (module docstring).
 
     ``w_`` are the leaves, ``nodes_`` the tree, ``capped_[:n_capped_]`` the
-    rows capped by the last projection. Starts at the uniform distribution.
+    rows capped by the last projection; all of it is ``state_`` (``TreeState``).
+    Starts at the uniform distribution.
     """
 
     def __init__(self, n: int, k: int, kappa: float | None = None) -> None:
@@ -310,12 +330,29 @@ class CappedWeightTree:
         self.offsets_, self.sizes_ = _layout(n)
         self.w_ = np.ones(n)
         self.nodes_ = np.zeros((int(self.offsets_[-1]), 2))
-        self.rebase_below_ = math.exp(-REBASE)
-        self.rebases_ = 0
-        self.n_capped_ = 0
         self.capped_ = np.empty(int(1.0 / self.kappa) + 1, dtype=np.int64)
         self.rows_ = np.empty(k, dtype=np.int64)
+        self.state_ = TreeState(self.w_, self.nodes_, self.offsets_, self.sizes_, np.int64(k),
+                                float(self.kappa), self.rows_, self.capped_,
+                                np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+                                math.exp(-REBASE), np.empty(k), np.empty(k, dtype=np.int64))
         _build(self.w_, self.nodes_, self.offsets_, self.sizes_)
+
+    @property
+    def n_capped_(self) -> int:
+        return int(self.state_.n_capped[0])
+
+    @property
+    def rebases_(self) -> int:
+        return int(self.state_.rebases[0])
+
+    @property
+    def rebase_below_(self) -> float:
+        return self.state_.rebase_below
+
+    @rebase_below_.setter
+    def rebase_below_(self, value: float) -> None:
+        self.state_ = self.state_._replace(rebase_below=float(value))
 
     @property
     def total(self) -> float:
@@ -352,72 +389,64 @@ class CappedWeightTree:
         self.project()
 
     def ix_step(self, rows: np.ndarray, losses: np.ndarray, eta: float, gamma: float) -> None:
-        """``lw_i -= eta (1 - L_i) / (k p_i + gamma)`` on the sampled rows, then project."""
-        self.n_capped_ = _ix_step(self.w_, self.nodes_, self.offsets_, self.sizes_, rows,
-                                  np.asarray(losses, dtype=np.float64), self.k, eta, gamma,
-                                  self.kappa, self.capped_)
-        if self.nodes_[-1, 1] < self.rebase_below_:
-            self.rebase()
+        """``lw_i -= eta (1 - L_i) / (k p_i + gamma)`` on the sampled rows, then
+        project (``tree_ix_step``)."""
+        tree_ix_step(self.state_, np.ascontiguousarray(rows, dtype=np.int64),
+                     np.ascontiguousarray(losses, dtype=np.float64), float(eta), float(gamma))
 
     def project(self) -> None:
         """KL projection onto the cap: clamp the capped rows to the threshold."""
-        self.n_capped_ = _project(self.w_, self.nodes_, self.offsets_, self.sizes_,
-                                  self.kappa, self.capped_)
-        if self.nodes_[-1, 1] < self.rebase_below_:
-            self.rebase()
+        self.state_.n_capped[0] = _project(self.w_, self.nodes_, self.offsets_, self.sizes_,
+                                           self.kappa, self.capped_)
+        _rebase_if_due(self.state_)
 
     def rebase(self) -> None:
         """Multiply every weight so that the largest is 1 again. O(n)."""
-        np.multiply(self.w_, 1.0 / self.top, out=self.w_)
-        _build(self.w_, self.nodes_, self.offsets_, self.sizes_)
-        self.rebases_ += 1
+        _rebase(self.state_)
 
-    def compiled_state(self) -> tuple:
-        """The tree as a tuple for the compiled kernels (``tree_sample``,
-        ``tree_ix_step``): its arrays, changed in place, its constants, and the
-        counters ``n_capped_`` and ``rebases_`` in one-element arrays
-        (``compiled_store`` writes them back)."""
-        return (self.w_, self.nodes_, self.offsets_, self.sizes_, np.int64(self.k),
-                float(self.kappa), self.rows_, self.capped_,
-                np.array([self.n_capped_], dtype=np.int64),
-                np.array([self.rebases_], dtype=np.int64), float(self.rebase_below_),
-                np.empty(self.k), np.empty(self.k, dtype=np.int64))
+    def compiled_state(self) -> TreeState:
+        """The tree's record for the compiled kernels (``tree_sample``,
+        ``tree_ix_step``): ``state_``."""
+        return self.state_
 
-    def compiled_store(self, state: tuple) -> None:
-        """Write the counters of a ``compiled_state`` tuple back to the tree."""
-        self.n_capped_ = int(state[8][0])
-        self.rebases_ = int(state[9][0])
+
+@njit(cache=True, error_model="numpy")
+def _rebase(ts):  # pragma: no cover - compiled
+    """``CappedWeightTree.rebase``: every weight times ``1 / max``, the tree rebuilt."""
+    w = ts.w
+    inv = 1.0 / ts.nodes[ts.nodes.shape[0] - 1, 1]
+    for i in range(w.size):
+        w[i] *= inv
+    _build(w, ts.nodes, ts.offsets, ts.sizes)
+    ts.rebases[0] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def _rebase_if_due(ts):  # pragma: no cover - compiled
+    """``_rebase`` when the largest weight is below ``rebase_below``."""
+    if ts.nodes[ts.nodes.shape[0] - 1, 1] < ts.rebase_below:
+        _rebase(ts)
 
 
 @njit(cache=True, error_model="numpy")
 def tree_sample(ts, rng):  # pragma: no cover - compiled
-    """``CappedWeightTree.sample(rng.random())`` on a ``compiled_state`` tuple
-    (the draw of Algorithm 2, Line 11, by systematic sampling), redrawn (one
-    more uniform each) while two targets fall in one row, as
-    ``ExpIXM.propose`` does; the rows are written into the tree's row buffer,
-    which is returned."""
-    w, nodes, offsets, sizes, k, rows = ts[0], ts[1], ts[2], ts[3], ts[4], ts[6]
-    t, g = ts[11], ts[12]
-    while not _systematic_into(w, nodes, offsets, sizes, k, rng.random(), rows, t, g):
+    """``CappedWeightTree.sample(rng.random())`` on the tree's record (the draw
+    of Algorithm 2, Line 11, by systematic sampling), redrawn (one more
+    uniform each) while two targets fall in one row; the rows are written into
+    the tree's row buffer, which is returned."""
+    while not _systematic_into(ts.w, ts.nodes, ts.offsets, ts.sizes, ts.k, rng.random(),
+                               ts.rows, ts.targets, ts.nodes_at):
         pass
-    return rows
+    return ts.rows
 
 
 @njit(cache=True, error_model="numpy")
 def tree_ix_step(ts, rows, losses, eta, gamma):  # pragma: no cover - compiled
-    """``CappedWeightTree.ix_step`` on a ``compiled_state`` tuple: the IX step
-    of the sampled rows, the KL projection onto the cap (Algorithm 4 on the
-    largest weights, ``_project``), and the rebase when the largest weight
-    falls below ``exp(-REBASE)``; the number of capped rows and of rebases go
-    to the state's counters. O(k log n) but for the rebase."""
-    w, nodes, offsets, sizes, k, kappa = ts[0], ts[1], ts[2], ts[3], ts[4], ts[5]
-    capped, n_capped, rebases, rebase_below, g = ts[7], ts[8], ts[9], ts[10], ts[12]
-    n_capped[0] = _ix_step_into(w, nodes, offsets, sizes, rows, losses, k, eta, gamma, kappa,
-                                capped, g)
-    root = nodes.shape[0] - 1
-    if nodes[root, 1] < rebase_below:
-        inv = 1.0 / nodes[root, 1]
-        for i in range(w.size):
-            w[i] *= inv
-        _build(w, nodes, offsets, sizes)
-        rebases[0] += 1
+    """``CappedWeightTree.ix_step`` on the tree's record: the IX step of the
+    sampled rows, the KL projection onto the cap (Algorithm 4 on the largest
+    weights, ``_project``), and the rebase when the largest weight falls below
+    ``exp(-REBASE)``; the number of capped rows and of rebases go to the
+    record's counters. O(k log n) but for the rebase."""
+    ts.n_capped[0] = _ix_step_into(ts.w, ts.nodes, ts.offsets, ts.sizes, rows, losses, ts.k,
+                                   eta, gamma, ts.kappa, ts.capped, ts.nodes_at)
+    _rebase_if_due(ts)

@@ -1,5 +1,6 @@
 """What a practitioner runs instead of a game: SGD on the Rockafellar-Uryasev
-form of the average top-k loss (truncated CVaR), and its smoothed variant.
+form of the average top-k loss (truncated CVaR); its smoothed variant is
+``plugins.p_players.soft_cvar``.
 
 Rockafellar and Uryasev (2000, Theorem 1) write the objective as
 
@@ -17,20 +18,62 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit, objmode
 
 import harness
 from harness import Compiled, Param, Proposal
+from harness.engine import replaces
 from plugins.lib.capped import needs_row_caps
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.p_players.draws import choice, pairwise_sum
 
-#: the constraint sets whose ``lmo`` the compiled kernels call back, by token
+#: the constraint sets whose ``lmo`` the kernels call back, by token (a set that
+#: cannot be referred to weakly is kept in ``_KEPT``)
 _SETS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_KEPT: dict[int, Any] = {}
 _TOKENS = itertools.count(1)
+
+
+def _register(constraint: Any) -> int:
+    """A token by which the kernels call back ``constraint.lmo`` (``_lmo``)."""
+    token = next(_TOKENS)
+    try:
+        _SETS[token] = constraint
+    except TypeError:
+        _KEPT[token] = constraint
+    return token
+
+
+class RUState(NamedTuple):
+    """The state of the Rockafellar-Uryasev players (the kernels' and the
+    Python methods'), the arrays changed in place."""
+
+    #: the last loss seen of every row
+    seen: np.ndarray
+    #: ``v = (n/b) c``: a row's batch weight at slope 1
+    scale: np.ndarray
+    #: ``p`` (the oracle's answer on ``seen``) and the action: its rows and values
+    #: (the first ``action_size[0]`` entries)
+    p: np.ndarray
+    action_rows: np.ndarray
+    action_values: np.ndarray
+    action_size: np.ndarray
+    #: rounds played and the threshold tau, one-element arrays
+    rounds: np.ndarray
+    tau: np.ndarray
+    tau_lr: float
+    #: rounds between two oracle calls, ``ceil(n/b)``, and the batch size b
+    refresh: int
+    b: int
+    #: the softplus temperature (0: the truncation ``(x)_+``)
+    temperature: float
+    #: the set's token (``_register``)
+    token: int
+    #: the rows ``0..n-1``, scratch of ``draws.choice``
+    perm: np.ndarray
 
 
 class TruncatedCVaR:
@@ -64,6 +107,7 @@ class TruncatedCVaR:
     """
 
     name: ClassVar[str] = "ru_sgd"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "batch_size": Param(int, low=1, nullable=True,
@@ -97,16 +141,29 @@ class TruncatedCVaR:
         self.b_ = self.rows_per_round(constraint)
         self.tau_lr_ = scaled_step(self.name, "tau_lr", self.tau_lr, self.tau_lr_scale,
                                    math.sqrt(2.0 / horizon))
+        self.refresh_every_ = math.ceil(n / self.b_)
         # v_i = (n / b) c_i: the batch weight of a row above the threshold
         self.scale_ = (n / self.b_) * self.caps(constraint)
-        self.tau_ = 0.0
         self.seen_ = np.zeros(n)
-        self.refresh_every_ = math.ceil(n / self.b_)
-        self.round_ = 0
-        self.p_ = np.full(n, 1.0 / n)
-        self.action_rows_ = np.arange(n)
-        self.action_values_ = self.p_
+        # the uniform action until the first oracle call
+        self.state_ = RUState(self.seen_, np.ascontiguousarray(self.scale_, dtype=np.float64),
+                              np.full(n, 1.0 / n), np.arange(n), np.full(n, 1.0 / n),
+                              np.array([n]), np.zeros(1, dtype=np.int64), np.zeros(1),
+                              float(self.tau_lr_), int(self.refresh_every_), int(self.b_),
+                              float(self.softplus_temperature(constraint)),
+                              _register(constraint),
+                              np.arange(n, dtype=np.int64))
         return {"batch_size": self.b_, "tau_lr": self.tau_lr_}
+
+    def softplus_temperature(self, constraint) -> float:
+        """The softplus temperature of the slope; 0: the truncation ``(x)_+``."""
+        return 0.0
+
+    def __setstate__(self, state: dict) -> None:
+        """A pickled player (a saved game) takes a new token for its set."""
+        self.__dict__.update(state)
+        if "state_" in state:
+            self.state_ = self.state_._replace(token=_register(self.constraint_))
 
     def caps(self, constraint) -> np.ndarray:
         """The row caps ``c`` of ``K`` (``row_caps()``); a set of another form is refused."""
@@ -119,7 +176,15 @@ class TruncatedCVaR:
 
     @property
     def p(self) -> np.ndarray:
-        return self.p_
+        return self.state_.p
+
+    @property
+    def tau_(self) -> float:
+        return float(self.state_.tau[0])
+
+    @tau_.setter
+    def tau_(self, value: float) -> None:
+        self.state_.tau[0] = value
 
     @property
     def tau(self) -> float:
@@ -127,24 +192,17 @@ class TruncatedCVaR:
         return self.tau_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        self.round_ += 1
-        if self.round_ % self.refresh_every_ == 0:
-            _, self.p_ = self.constraint_.lmo(self.seen_)
-            self.action_rows_ = np.flatnonzero(self.p_)
-            self.action_values_ = self.p_[self.action_rows_]
-        self.rows_ = rng.choice(self.constraint_.n, size=self.b_, replace=False)
+        """``ru_sgd_propose``, the kernel the compiled path runs too."""
+        self.rows_, self.zeros_ = ru_sgd_propose(self.state_, None, rng)
+        size = int(self.state_.action_size[0])
         # the batch weights depend on the losses: ``observe`` returns them
-        return Proposal(self.rows_, np.zeros(self.b_), self.action_rows_, self.action_values_)
-
-    def slope(self, excess: np.ndarray) -> np.ndarray:
-        """Derivative of the truncation ``(x)_+`` at ``x = L_i - tau`` (0 at the kink)."""
-        return (excess > 0.0).astype(np.float64)
+        return Proposal(self.rows_, self.zeros_, self.state_.action_rows[:size],
+                        self.state_.action_values[:size])
 
     def observe(self, losses: np.ndarray) -> np.ndarray:
-        rows = self.rows_
-        self.seen_[rows] = losses
-        weights = self.scale_[rows] * self.slope(losses - self.tau_)
-        self.tau_ = min(1.0, max(0.0, self.tau_ - self.tau_lr_ * (1.0 - float(weights.sum()))))
+        """``ru_sgd_observe``, the kernel the compiled path runs too."""
+        weights, _, _ = ru_sgd_observe(self.state_, None, self.rows_, self.zeros_,
+                                       np.ascontiguousarray(losses, dtype=np.float64))
         return weights
 
     def regret_bound(self, rounds: int) -> float | None:
@@ -152,44 +210,14 @@ class TruncatedCVaR:
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``): ``ru_sgd_propose``/``ru_sgd_observe``
-        on ``(last losses seen, v = (n/b) c, p, action rows, action values,
-        [action size], [round], [tau], tau step, refresh period, b, temperature
-        (0: the truncation), set token, a row mark, the rows 0..n-1)``. The
-        oracle ``p`` is the set's own ``lmo``, called back from the kernel once
-        every ``ceil(n/b)`` rounds; None if the set has no compiled form or
-        cannot be referred to weakly, and for a subclass that replaces a method
-        the kernels stand for (``propose``, ``observe``, ``slope``)."""
-        cls = type(self)
-        if (constraint is None or cls.propose is not TruncatedCVaR.propose
-                or cls.observe is not TruncatedCVaR.observe
-                or cls.slope not in (TruncatedCVaR.slope, SoftCVaR.slope)):
+        on the player's state (``RUState``; the Python methods run the same
+        kernels). The oracle ``p`` is the set's own ``lmo``, called back from
+        the kernel once every ``ceil(n/b)`` rounds; None if the set has no
+        compiled form, and for a subclass that replaces a method the kernels
+        stand for (``propose``, ``observe``)."""
+        if constraint is None or replaces(self, TruncatedCVaR, ("propose", "observe")):
             return None
-        token = next(_TOKENS)
-        try:
-            _SETS[token] = self.constraint_
-        except TypeError:
-            return None
-        n = self.constraint_.n
-        act_rows = np.zeros(n, dtype=np.int64)
-        act_values = np.zeros(n)
-        size = self.action_rows_.size
-        act_rows[:size] = self.action_rows_
-        act_values[:size] = self.action_values_
-        state = (self.seen_, self.scale_, np.array(self.p_, dtype=np.float64), act_rows,
-                 act_values, np.array([size], dtype=np.int64),
-                 np.array([self.round_], dtype=np.int64), np.array([self.tau_]),
-                 float(self.tau_lr_), int(self.refresh_every_), int(self.b_),
-                 float(getattr(self, "temperature_", 0.0)), token,
-                 np.zeros(n, dtype=np.bool_), np.arange(n, dtype=np.int64))
-        return Compiled("plugins.p_players.ru_sgd:ru_sgd", state, self._store)
-
-    def _store(self, state: tuple) -> None:
-        size = int(state[5][0])
-        self.p_ = state[2]
-        self.action_rows_ = state[3][:size].copy()
-        self.action_values_ = state[4][:size].copy()
-        self.round_ = int(state[6][0])
-        self.tau_ = float(state[7][0])
+        return Compiled("plugins.p_players.ru_sgd:ru_sgd", self.state_)
 
 
 def _lmo(token: int, seen: np.ndarray) -> np.ndarray:
@@ -201,13 +229,14 @@ def _lmo(token: int, seen: np.ndarray) -> np.ndarray:
 def ru_sgd_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``TruncatedCVaR.propose``: every ``ceil(n/b)`` rounds ``p`` becomes the
     set's ``lmo`` of the last losses seen (called back into Python) and the
-    action its support; then b rows uniformly without replacement. The batch
-    weights depend on the losses: ``ru_sgd_observe`` gives them."""
-    seen, p, act_rows, act_values, act_size = ps[0], ps[2], ps[3], ps[4], ps[5]
-    rounds, refresh, b, token, perm = ps[6], ps[9], ps[10], ps[12], ps[14]
+    action its support; then b rows uniformly without replacement
+    (``draws.choice``). The batch weights depend on the losses:
+    ``ru_sgd_observe`` gives them."""
+    seen, p, act_rows, act_values = ps.seen, ps.p, ps.action_rows, ps.action_values
+    token, b = ps.token, ps.b
     n = seen.size
-    rounds[0] += 1
-    if rounds[0] % refresh == 0:
+    ps.rounds[0] += 1
+    if ps.rounds[0] % ps.refresh == 0:
         with objmode(answer="float64[::1]"):
             answer = _lmo(token, seen)
         size = 0
@@ -217,19 +246,19 @@ def ru_sgd_propose(ps, ks, rng):  # pragma: no cover - compiled
                 act_rows[size] = i
                 act_values[size] = answer[i]
                 size += 1
-        act_size[0] = size
-    return choice(rng, n, b, perm, np.empty(b, dtype=np.int64)), np.zeros(b)
+        ps.action_size[0] = size
+    return choice(rng, n, b, ps.perm, np.empty(b, dtype=np.int64)), np.zeros(b)
 
 
 @njit(cache=True, error_model="numpy")
 def ru_sgd_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
-    """``TruncatedCVaR.observe`` (``SoftCVaR.observe`` when the temperature is
+    """``TruncatedCVaR.observe`` (``SoftCVaR``'s when the temperature is
     positive): record the losses, the batch weights ``v_i = (n/b) c_i
     slope(L_i - tau)`` with the slope ``1[x > 0]`` or ``sigmoid(x / T)``, and
     the projected SGD step ``tau <- clip(tau - eta_tau (1 - sum v), 0, 1)``
-    (Rockafellar and Uryasev 2000; Curi et al. 2020), on ``tau`` before the step."""
-    seen, scale, act_rows, act_values, act_size = ps[0], ps[1], ps[3], ps[4], ps[5]
-    tau, tau_lr, temperature = ps[7], ps[8], ps[11]
+    (Rockafellar and Uryasev 2000; Curi et al. 2020), on ``tau`` before the
+    step. ``weights`` (the proposal's zeros) is not read."""
+    seen, scale, tau, temperature = ps.seen, ps.scale, ps.tau, ps.temperature
     b = rows.size
     for j in range(b):
         seen[rows[j]] = losses[j]
@@ -241,58 +270,13 @@ def ru_sgd_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compile
         else:
             slope = 1.0 if excess > 0.0 else 0.0
         out[j] = scale[rows[j]] * slope
-    step = tau[0] - tau_lr * (1.0 - pairwise_sum(out))
+    step = tau[0] - ps.tau_lr * (1.0 - pairwise_sum(out))
     step = step if step > 0.0 else 0.0
     tau[0] = step if step < 1.0 else 1.0
-    size = act_size[0]
-    return out, act_rows[:size], act_values[:size]
-
-
-class SoftCVaR(TruncatedCVaR):
-    """SGD on the smoothed Rockafellar-Uryasev form
-
-        F_T(w, tau) = tau + sum_i c_i T softplus((L_i(w) - tau) / T),
-
-    Curi et al. (2020)'s Soft-CVaR baseline (the convex approximation of
-    Nemirovski and Shapiro 2006): ``(x)_+`` is replaced by
-    ``T log(1 + exp(x / T))``, so the batch weights are ``(n/b) c_i
-    sigmoid((L_i - tau) / T)`` instead of an indicator. Since
-    ``0 <= T softplus(x / T) - (x)_+ <= T log 2`` and ``sum_i c_i = n/k``,
-    ``F <= F_T <= F + (n/k) T log 2``: the default temperature
-    ``T = bias * k / (n log 2)`` guarantees that minimising ``F_T`` costs at
-    most ``bias`` in objective. Everything else is ``ru_sgd``.
-    """
-
-    name: ClassVar[str] = "soft_cvar"
-    params: ClassVar[dict[str, Param]] = {
-        **TruncatedCVaR.params,
-        "temperature": Param(float, low=0.0, low_open=True, nullable=True,
-                             doc="softplus temperature T; None: bias * k / (n log 2)"),
-        "bias": Param(float, default=1e-3, low=0.0, low_open=True,
-                      doc="largest objective cost of the smoothing (sets T when T is None)"),
-    }
-
-    def __init__(self, batch_size=None, tau_lr=None, temperature=None, bias=1e-3,
-                 tau_lr_scale=1.0) -> None:
-        super().__init__(batch_size, tau_lr, tau_lr_scale)
-        self.temperature = temperature
-        self.bias = bias
-
-    def setup(self, constraint, horizon: int) -> dict[str, float]:
-        derived = super().setup(constraint, horizon)
-        total_caps = float(self.caps(constraint).sum())  # n/k on the k-set
-        self.temperature_ = self.temperature if self.temperature is not None else (
-            self.bias / (total_caps * math.log(2.0)))
-        # the guaranteed smoothing cost at the temperature in use
-        return {**derived, "temperature": self.temperature_,
-                "bias": self.temperature_ * total_caps * math.log(2.0)}
-
-    def slope(self, excess: np.ndarray) -> np.ndarray:
-        """``sigmoid(x / T)``, the derivative of ``T softplus(x / T)``."""
-        return np.exp(-np.logaddexp(0.0, -excess / self.temperature_))
+    size = ps.action_size[0]
+    return out, ps.action_rows[:size], ps.action_values[:size]
 
 
 @harness.hookimpl
 def register_p_players(register):
     register(TruncatedCVaR)
-    register(SoftCVaR)

@@ -4,7 +4,7 @@ Appendix E, subsection S-AFL)."""
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -16,10 +16,33 @@ from plugins.lib.capped import (
     CAPPED_SET,
     capped_set_euclidean,
     capped_set_sample,
+    capped_set_state,
     sorted_breakpoint_threshold,
 )
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.p_players.draws import choice
+
+
+class SAFLState(NamedTuple):
+    """S-AFL's state on a capped simplex (its kernels' and its Python ``observe``'s),
+    the arrays changed in place."""
+
+    #: ``lambda_t`` and the point before the last step (the action ``a_t``)
+    lam: np.ndarray
+    before: np.ndarray
+    #: every row ``0..n-1`` (the action's rows)
+    all_rows: np.ndarray
+    #: the step's coefficient ``eta n / k``
+    coef: float
+    #: the identity permutation, scratch of ``draws.choice``
+    perm: np.ndarray
+    #: ``lambda`` sorted (``_project_one_cap`` keeps it so)
+    ordered: np.ndarray
+    #: every row has the same cap (the k-set, the simplex): ``_project_one_cap``
+    one_cap: bool
+    #: scratch of ``_project_one_cap`` (n each)
+    merged: np.ndarray
+    low: np.ndarray
 
 
 class StochasticAFL:
@@ -36,20 +59,11 @@ class StochasticAFL:
 
     Default ``eta_lambda = 2 R_Lambda / sqrt(T (sigma_lambda^2 + G_lambda^2))``
     with ``R_Lambda = 1``, ``sigma_lambda^2 = n^2 / k``, ``G_lambda^2 = n``
-    (Appendix E, subsection S-AFL, Table 4). The matching w-player step,
-    ``2 B / sqrt(T (sigma_w^2 + G_w^2))``, is offered to a w-player whose
-    step is unset (``suggest_w_lr``), with ``G_w`` the model's proven
-    per-example gradient bound and ``sigma_w <= 2 G_w`` (that subsection's own
-    argument) instead of Table 4's constants, which bound unscaled losses.
-    The guarantee (Mohri et al. 2019, Theorem 2) holds in expectation only:
-    ``E[gap] <= 3 R_W sqrt((sigma_w^2 + G_w^2) / T) + 3 R_Lambda
-    sqrt((sigma_lambda^2 + G_lambda^2) / T)`` for the averages after T rounds.
-    No ``theory_bound`` is logged for S-AFL (``regret_bound`` is None): a bound
-    on the expected gap does not bound the gap of one run, which is what
-    ``theory_bound`` is read as (a bound at least the certified ``dual_gap``
-    of the run, with a stated probability); and the w-player's deterministic
-    OGD bound that the game adds does not hold here, since the w-player steps
-    on a sampled gradient, not on the gradient of ``<L(w_t), a_t>``.
+    (Appendix E, subsection S-AFL, Table 4); the matching w-player step is
+    offered to a w-player whose step is unset (``suggest_w_lr``). Mohri et
+    al. (2019, Theorem 2) bound the expected gap only, which bounds no single
+    run's: no ``theory_bound`` is logged (``regret_bound`` is None; both
+    points in docs/algorithms.md, "The p-players' regret bounds").
 
     ``S`` is the set's ``sample``, a ``harness.Draw``: its distinct rows with
     weights ``m_i / k`` (unbiased, ``E[m_i] = k lambda_i``; on the alpha-set a
@@ -59,6 +73,7 @@ class StochasticAFL:
     """
 
     name: ClassVar[str] = "safl"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
@@ -97,6 +112,16 @@ class StochasticAFL:
         self.lam_ = np.full(n, 1.0 / n)
         self.all_rows_ = np.arange(n)
         self.zeros_ = np.zeros(k)  # the lambda sample's rows have no batch weight
+        caps = constraint.row_caps()
+        self.set_state_ = self.state_ = None
+        if caps is not None:  # a capped simplex: the kernels, so both paths agree
+            caps = np.ascontiguousarray(caps, dtype=np.float64)
+            self.set_state_ = capped_set_state(caps, k, "depround",
+                                               abs(float(caps.sum()) - 1.0) <= 1e-12)
+            self.state_ = SAFLState(self.lam_, np.empty(n), self.all_rows_,
+                                    float(self.eta_ * n / k), np.arange(n, dtype=np.int64),
+                                    np.sort(self.lam_),
+                                    bool(np.all(caps == caps[0])), np.empty(n), np.empty(n))
         return {"eta": self.eta_}
 
     def suggest_w_lr(self, radius: float, grad_bound: float, horizon: int) -> float:
@@ -113,10 +138,18 @@ class StochasticAFL:
         for_w, mult = K.sample(self.lam_, rng)
         self.for_lambda_ = rng.choice(K.n, size=K.k, replace=False)
         weights = np.concatenate((mult / K.k, self.zeros_))
-        rows = np.concatenate((for_w, self.for_lambda_))
-        return Proposal(rows, weights, self.all_rows_, self.lam_)
+        self.rows_ = rows = np.concatenate((for_w, self.for_lambda_))
+        # a copy: on a capped simplex observe steps lambda in place
+        return Proposal(rows, weights, self.all_rows_, self.lam_.copy())
 
     def observe(self, losses: np.ndarray) -> None:
+        """The projected ascent step of Appendix E (subsection S-AFL): on a
+        capped simplex ``safl_observe``, the kernel the compiled path runs too;
+        on a set of another form its ``euclidean_project``."""
+        if self.state_ is not None:
+            safl_observe(self.state_, self.set_state_, self.rows_, self.zeros_,
+                         np.ascontiguousarray(losses, dtype=np.float64))
+            return
         K = self.constraint_
         step = np.zeros(K.n)
         step[self.for_lambda_] = (self.eta_ * K.n / K.k) * losses[-K.k:]
@@ -124,21 +157,13 @@ class StochasticAFL:
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``) on a capped simplex:
-        ``safl_propose``/``safl_observe`` on ``(lambda, lambda before the step,
-        all rows, the lambda step's coefficient eta n / k, a row mark, the rows
-        0..n-1, lambda sorted, one cap for every row, two scratch arrays)``, the
-        arrays changed in place; None on any other set, and for a subclass that
-        replaces a method the kernels stand for."""
-        if (constraint is None or constraint.kernels != CAPPED_SET
+        ``safl_propose``/``safl_observe`` on the player's state (``SAFLState``;
+        the Python ``observe`` runs the same kernel); None on any other set,
+        and for a subclass that replaces a method the kernels stand for."""
+        if (constraint is None or constraint.kernels != CAPPED_SET or self.state_ is None
                 or replaces(self, StochasticAFL, ("propose", "observe"))):
             return None
-        K = self.constraint_
-        n = K.n
-        caps = constraint.state[0]
-        state = (self.lam_, np.empty(n), self.all_rows_, float(self.eta_ * K.n / K.k),
-                 np.zeros(n, dtype=np.bool_), np.arange(n, dtype=np.int64),
-                 np.sort(self.lam_), bool(np.all(caps == caps[0])), np.empty(n), np.empty(n))
-        return Compiled("plugins.p_players.safl:safl", state)
+        return Compiled("plugins.p_players.safl:safl", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """None: Mohri et al.'s guarantee bounds the expected gap, not the gap of
@@ -151,8 +176,8 @@ def safl_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``StochasticAFL.propose``: the w-player's draw ``S ~ lambda_t`` (the set's
     sampler, weights ``m / k``) then k rows ``J`` uniformly without replacement
     (weight 0), in that order, as Appendix E (subsection S-AFL) plays a round."""
-    lam, perm = ps[0], ps[5]
-    k = ks[2]
+    lam, perm = ps.lam, ps.perm
+    k = ks.k
     n = lam.size
     for_w, mult = capped_set_sample(ks, lam, rng)
     for_lambda = choice(rng, n, k, perm, np.empty(k, dtype=np.int64))
@@ -173,9 +198,10 @@ def safl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     (Appendix E, subsection S-AFL); the action is ``lambda_t``, the point
     before the step, on every row. With one cap for every row (the k-set, the
     simplex) the projection is ``_project_one_cap``, else ``K.euclidean_project``
-    (``capped_set_euclidean``)."""
-    lam, before, all_rows, coef, ordered, one_cap = ps[0], ps[1], ps[2], ps[3], ps[6], ps[7]
-    k = ks[2]
+    (``capped_set_euclidean``). The rows of the lambda sample are the last k
+    of ``rows``; ``ks`` is read for k and the caps only."""
+    lam, before, coef, ordered = ps.lam, ps.before, ps.coef, ps.ordered
+    k = ks.k
     n = lam.size
     first = rows.size - k
     for i in range(n):
@@ -184,8 +210,8 @@ def safl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
     stepped = np.empty(k)
     for j in range(k):
         stepped[j] = lam[moved[j]] + coef * losses[first + j]
-    if one_cap:
-        _project_one_cap(before, moved, stepped, lam, ordered, ks[0][0], ps[8], ps[9])
+    if ps.one_cap:
+        _project_one_cap(before, moved, stepped, lam, ordered, ks.caps[0], ps.merged, ps.low)
     else:
         v = np.empty(n)
         for i in range(n):
@@ -193,7 +219,7 @@ def safl_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
         for j in range(k):
             v[moved[j]] = stepped[j]
         lam[:] = capped_set_euclidean(ks, v)
-    return weights, all_rows, before
+    return weights, ps.all_rows, before
 
 
 @njit(cache=True, error_model="numpy")

@@ -1,8 +1,10 @@
-"""Plain mini-batch SGD on the average loss (ERM): the p-player that never adapts."""
+"""The uniform p-player: ``p_t = 1/n`` every round and uniform mini-batches,
+so that the w-player runs plain mini-batch SGD on the average loss (ERM). The
+game's SGD baseline: it never adapts."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -11,6 +13,24 @@ import harness
 from harness import Compiled, Param, Proposal
 from harness.engine import replaces
 from plugins.p_players.draws import choice
+
+
+class UniformState(NamedTuple):
+    """The uniform player's state (its kernels' and its Python methods')."""
+
+    #: the batch weights ``1/b``, every row ``0..n-1``, and ``p = 1/n``
+    weights: np.ndarray
+    all_rows: np.ndarray
+    p: np.ndarray
+    #: rows n and batch size b
+    n: np.int64
+    b: np.int64
+    #: ``draws.choice``'s scratch: the identity permutation (its tail shuffle,
+    #: large draws only; else empty) and the swaps it records
+    perm: np.ndarray
+    swaps: np.ndarray
+    #: the action is the batch weights on the drawn rows (``action="sampled"``)
+    sampled: bool
 
 
 class Uniform:
@@ -29,6 +49,7 @@ class Uniform:
     """
 
     name: ClassVar[str] = "uniform"
+    state_version: ClassVar[int] = 1
     constraints: ClassVar[tuple[str, ...] | None] = None
     params: ClassVar[dict[str, Param]] = {
         "batch_size": Param(int, low=1, nullable=True,
@@ -57,6 +78,12 @@ class Uniform:
         self.p_ = np.full(n, 1.0 / n)
         self.all_rows_ = np.arange(n)
         self.weights_ = np.full(self.b_, 1.0 / self.b_)
+        b = self.b_
+        tail = n > 10000 and b > n // 50  # numpy's choice shuffles 0..n-1 (draws.choice)
+        perm = np.arange(n) if tail else np.empty(0, dtype=np.int64)
+        self.state_ = UniformState(self.weights_, self.all_rows_, self.p_, np.int64(n),
+                                   np.int64(b), perm, np.empty(b, dtype=np.int64),
+                                   self.action == "sampled")
         return {"batch_size": self.b_, "action": self.action}
 
     @property
@@ -64,26 +91,21 @@ class Uniform:
         return self.p_
 
     def propose(self, rng: np.random.Generator) -> Proposal:
-        rows = rng.choice(self.n_, size=self.b_, replace=False)
+        """``uniform_propose``, the kernel the compiled path runs too."""
+        rows, weights = uniform_propose(self.state_, None, rng)
         if self.action == "sampled":
-            return Proposal(rows, self.weights_)
-        return Proposal(rows, self.weights_, self.all_rows_, self.p_)
+            return Proposal(rows, weights)
+        return Proposal(rows, weights, self.all_rows_, self.p_)
 
     def observe(self, losses: np.ndarray) -> None:
         return None
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``), on any set (the player reads
-        none): ``uniform_propose``/``uniform_observe`` on ``(batch weights, all
-        rows, p, n, batch size, permutation scratch, swap scratch, sampled action)``."""
+        none): ``uniform_propose``/``uniform_observe`` on ``UniformState``."""
         if constraint is None or replaces(self, Uniform, ("propose", "observe")):
             return None
-        n, b = self.n_, self.b_
-        tail = n > 10000 and b > n // 50  # numpy's choice shuffles 0..n-1 (draws.choice)
-        perm = np.arange(n) if tail else np.empty(0, dtype=np.int64)
-        state = (self.weights_, self.all_rows_, self.p_, np.int64(n), np.int64(b),
-                 perm, np.empty(b, dtype=np.int64), self.action == "sampled")
-        return Compiled("plugins.p_players.uniform:uniform", state)
+        return Compiled("plugins.p_players.uniform:uniform", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         return None
@@ -94,8 +116,7 @@ def uniform_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``Uniform.propose``: b rows drawn without replacement (``rng.choice``,
     ``plugins.p_players.draws.choice``), batch weights ``1/b`` (Algorithm 1, Line 3, with a sampler
     that ignores ``p_t``)."""
-    weights, _, _, n, b, perm, swaps, _ = ps
-    return choice(rng, n, b, perm, swaps), weights
+    return choice(rng, ps.n, ps.b, ps.perm, ps.swaps), ps.weights
 
 
 @njit(cache=True, error_model="numpy")
@@ -103,9 +124,9 @@ def uniform_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compil
     """``Uniform.observe`` (nothing to learn): the batch weights, and the action
     as ``Uniform.propose`` gives it: ``p = 1/n`` on every row, or the batch
     weights on the drawn rows (``action="sampled"``)."""
-    if ps[7]:
+    if ps.sampled:
         return weights, rows, weights
-    return weights, ps[1], ps[2]
+    return weights, ps.all_rows, ps.p
 
 
 @harness.hookimpl

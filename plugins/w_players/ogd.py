@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -12,6 +12,20 @@ import harness
 from harness import Param
 from harness.engine import Compiled, replaces
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.lib.vecmath import project_ball_inplace
+
+
+class OGDState(NamedTuple):
+    """OGD's state, the kernels' and the Python methods' alike (changed in place)."""
+
+    #: the iterate ``w_t`` and the sum of the iterates played
+    w: np.ndarray
+    w_sum: np.ndarray
+    #: the rounds played, in a one-element array
+    rounds: np.ndarray
+    #: the step size and the radius B of W
+    lr: float
+    radius: float
 
 
 class OGD:
@@ -22,18 +36,15 @@ class OGD:
     OL-EXP.4M and OL-FTRL), or the paired p-player's ``suggest_w_lr``;
     ``lr_scale`` multiplies it (``plugins.lib.steps``).
 
-    Regret bound (``regret_bound``): with ``w_1 = 0``, the step ``s`` in use and
-    gradients of norm at most ``G`` (the model's per-example bound, which bounds
-    any batch with weights summing to 1), the regret of the first t rounds
-    against any ``u`` in the ball is at most ``B^2 / (2s) + s G^2 t / 2``
-    (Zinkevich 2003; Shalev-Shwartz 2011, Corollary 2.7, cited in the proof of
-    ``th:topk``), for every t and deterministically. It is a bound on
-    ``sum_t <L(w_t), a_t> - min_w sum_t <L(w), a_t>`` (game units) when the
-    batch gradient is exactly that of ``<L(w_t), a_t>``, which holds for every
-    built-in p-player that reports a regret bound.
+    Regret bound (``regret_bound``): ``B^2 / (2s) + s G^2 t / 2`` after t
+    rounds at the step ``s`` in use with gradients of norm at most ``G``
+    (Zinkevich 2003; Shalev-Shwartz 2011, Corollary 2.7, cited in the proof
+    of ``th:topk``), deterministic (docs/algorithms.md, "The p-players'
+    regret bounds").
     """
 
     name: ClassVar[str] = "ogd"
+    state_version: ClassVar[int] = 1
     params: ClassVar[dict[str, Param]] = {
         "radius": Param(float, default=1.0, low=0.0, low_open=True, doc="radius B of W"),
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
@@ -57,8 +68,8 @@ class OGD:
         self.lr_ = scaled_step(self.name, "lr", self.lr, self.lr_scale, default)
         self.grad_bound_ = grad_bound
         self.w_ = np.zeros(dim)
-        self.w_sum_ = np.zeros(dim)
-        self.rounds_ = 0
+        self.state_ = OGDState(self.w_, np.zeros(dim), np.zeros(1, dtype=np.int64),
+                               float(self.lr_), float(self.radius))
         return {"lr": self.lr_, "radius": self.radius}
 
     @property
@@ -66,31 +77,23 @@ class OGD:
         return self.w_
 
     @property
+    def rounds_(self) -> int:
+        return int(self.state_.rounds[0])
+
+    @property
     def w_bar(self) -> np.ndarray:
-        return self.w_sum_ / max(self.rounds_, 1)
+        return self.state_.w_sum / max(self.rounds_, 1)
 
     def step(self, grad: np.ndarray) -> None:
-        self.w_sum_ += self.w_
-        self.rounds_ += 1
-        w = self.w_ - self.lr_ * grad
-        norm = math.sqrt(_squared_norm(w))
-        if norm > self.radius:
-            w *= self.radius / norm
-        self.w_ = w
+        """``ogd_step``, the kernel the compiled path runs too."""
+        ogd_step(self.state_, np.ascontiguousarray(grad, dtype=np.float64))
 
     def compiled(self) -> Compiled | None:
-        """The compiled form (``harness.engine``): ``ogd_step`` on
-        ``(w, w_sum, [rounds], lr, radius)``, ``w`` changed in place."""
+        """The compiled form (``harness.engine``): ``ogd_iterate``/``ogd_step``
+        on the player's state (``OGDState``), ``w`` changed in place."""
         if replaces(self, OGD, ("step", "w")):
             return None
-        self.w_ = np.ascontiguousarray(self.w_, dtype=np.float64)
-        state = (self.w_, self.w_sum_, np.array([self.rounds_], dtype=np.int64),
-                 float(self.lr_), float(self.radius))
-
-        def store(state) -> None:
-            self.rounds_ = int(state[2][0])
-
-        return Compiled("plugins.w_players.ogd:ogd", state, store)
+        return Compiled("plugins.w_players.ogd:ogd", self.state_)
 
     def regret_bound(self, rounds: int) -> float | None:
         """``B^2 / (2s) + s G^2 t / 2`` after ``t = rounds`` rounds (class docstring)."""
@@ -99,37 +102,22 @@ class OGD:
 
 
 @njit(cache=True, error_model="numpy")
-def _squared_norm(w):  # pragma: no cover - compiled
-    """``w @ w`` summed in index order, as ``ogd_step`` sums it."""
-    total = 0.0
-    for i in range(w.size):
-        total += w[i] * w[i]
-    return total
-
-
-@njit(cache=True, error_model="numpy")
 def ogd_iterate(ws):  # pragma: no cover - compiled
     """The current iterate ``w_t``."""
-    return ws[0]
+    return ws.w
 
 
 @njit(cache=True, error_model="numpy")
 def ogd_step(ws, grad):  # pragma: no cover - compiled
-    """``OGD.step``: add ``w_t`` to the sum, step, project onto the ball."""
-    w, w_sum, rounds, lr, radius = ws
-    d = w.size
-    for i in range(d):
+    """``OGD.step``: add ``w_t`` to the sum, step, project onto the ball
+    (``project_ball_inplace``)."""
+    w, w_sum = ws.w, ws.w_sum
+    lr = ws.lr
+    for i in range(w.size):
         w_sum[i] += w[i]
-    rounds[0] += 1
-    sq = 0.0
-    for i in range(d):
         w[i] = w[i] - lr * grad[i]
-        sq += w[i] * w[i]
-    norm = np.sqrt(sq)
-    if norm > radius:
-        f = radius / norm
-        for i in range(d):
-            w[i] *= f
+    ws.rounds[0] += 1
+    project_ball_inplace(w, ws.radius)
 
 
 @harness.hookimpl
