@@ -13,9 +13,11 @@ then inline the bound kernels into the template's loops).
 A template is a ``.py`` file that is never imported as itself: its free
 names (the bound kernels and ``njit``) are defined only by the header
 ``specialise`` writes above it, so it starts with a guard that raises
-ImportError when those names are missing (``guard``). Its own imports
-from its own package or a bound one's enter the generated file's name, so
-an edit of such a module writes and compiles a new file.
+ImportError when those names are missing (``guard``). The generated file's
+name hashes the template, the bound modules and what they import from their
+packages (``harness.engine.source_digest``), and the numba caches of those
+modules are refreshed first (``harness.engine.refresh_numba_caches``), so an
+edit of any of them writes and compiles a new file.
 
 The same text runs without numba: bound with ``njit`` as ``interpreted``
 (the identity decorator) and the free names as Python functions, the
@@ -26,7 +28,6 @@ so runs through the same code as the compiled ones, slowly.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import os
 import sys
@@ -35,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.engine import cache_dir, source_digest
+from harness.engine import cache_dir, kernel_modules, refresh_numba_caches, source_digest
 
 #: ``njit`` of a compiled specialisation, and of an interpreted one
 NUMBA, INTERPRETED = "numba:njit", "harness.kernels:interpreted"
@@ -74,17 +75,6 @@ def _template_source(template: str) -> str:
     return Path(spec.origin).read_text()
 
 
-def _imported(source: str) -> list[str]:
-    """The modules a template's source imports from (absolute imports)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
-        elif isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-    return found
-
-
 def specialise(template: str, bindings: Mapping[str, str],
                njit: str = NUMBA) -> ModuleType:
     """The module of ``template`` (a dotted module name; its source text is read,
@@ -108,9 +98,10 @@ def specialise(template: str, bindings: Mapping[str, str],
         if name != "njit":  # (numba's version is numba's cache's business)
             modules.append(module)
     source = "\n".join(lines) + "\n\n" + text
-    packages = {m.partition(".")[0] for m in modules}  # the template's and the bound ones'
-    modules += [m for m in _imported(text) if m.partition(".")[0] in packages]
-    tag = source_digest(source, sorted(set(modules)))
+    # numba's caches of what the template calls first (the template itself is
+    # never imported), then the name: both follow every module imported
+    refresh_numba_caches([m for m in kernel_modules(modules) if m != template])
+    tag = source_digest(source, modules)
     name = f"mmb_{template.rpartition('.')[2]}_{tag}"
     path = cache_dir() / f"{name}.py"
     if not path.is_file() or path.read_text() != source:
