@@ -18,26 +18,44 @@ read-only view of the run (``harness.context.RunView``): the components
 config ``names``, and ``horizon``, ``checkpoints``, ``rounds``,
 ``data_points``, ``wall_time_s``, ``resumed_from``. ``context.state`` is the
 plugins' scratch space, each plugin under its own keys.
+
+A tracker also implements the command's ``prestart``, the sweep hooks
+(``on_sweep_start``, ``on_sweep_end``: once per Hydra multirun) and the
+report's ``read_runs`` and ``save_report``; the core names no tracker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
     import numpy as np
+    from omegaconf import DictConfig
 
     from harness.context import RunContext
     from harness.params import ConfigBlock
+    from harness.runs import RunRecord
 
 PROJECT = "minimax_bench"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
 Register = Callable[[type], None]
+
+
+@hookspec(historic=True)
+def prestart(argv: list[str]) -> None:
+    """Called by the ``minimax-bench`` command with its arguments, as soon as the
+    plugin is registered: before the plugins after it, numpy, numba and Hydra
+    load. A plugin starts here what takes long and can run meanwhile (the
+    MLflow tracker starts a helper process that imports mlflow on another
+    core). A plugin implementing it must import nothing heavy at module level
+    (a built-in one comes first in ``harness.registry.DEFAULT_PLUGINS``); the
+    Python API never calls it."""
 
 
 @hookspec
@@ -154,3 +172,40 @@ def summary_lines(
     alone); after an interrupt each is appended to the notice as ``label
     text``. Lines come in hook call order: a tracker saying where the run is
     recorded implements this hook with ``trylast=True``."""
+
+
+@hookspec
+def on_sweep_start(config: DictConfig) -> None:
+    """Called once per Hydra multirun, in the launching process, before any job
+    starts (``harness.sweep.SweepCallback``), with the sweep's composed config
+    (``config.hydra.sweep.dir`` is shared by its jobs). A tracker makes the
+    sweep's record here (MLflow: the experiment and a parent run) and leaves
+    what its jobs need in the sweep folder."""
+
+
+@hookspec
+def on_sweep_end(config: DictConfig) -> None:
+    """Called once when the multirun's jobs have all ended (not after an
+    interrupt: a tracker closes what ``on_sweep_start`` opened at exit). A
+    tuning sweep's record is in ``<sweep dir>/tuning.json`` by then
+    (``harness.tune``)."""
+
+
+@hookspec(firstresult=True)
+def read_runs(source: str | None, experiment: str, query: str) -> list[RunRecord] | None:
+    """Called by ``minimax-bench-report``: the runs of ``experiment`` in the
+    store ``source`` (``--tracking-uri``; None: the tracker's default) that
+    match ``query`` (``--filter``, in the tracker's own search syntax; "" for
+    all), as ``harness.runs.RunRecord`` (sweeps' own records included). Return
+    None if this tracker does not serve ``source``; raise ``LookupError`` with a
+    one-line message if it does but the experiment is not there."""
+
+
+@hookspec(firstresult=True)
+def save_report(source: str | None, experiment: str, sweep: str | None,
+                files: Sequence[Path]) -> str | None:
+    """Called by ``minimax-bench-report`` (unless ``--no-log``) with the files
+    it wrote: keep them with the sweep's record (``sweep``, the id of a record
+    that ``read_runs`` returned with ``is_sweep``), or, when the report covers
+    more than one sweep (None), with a record of their own that ``read_runs``
+    leaves out. Return a line saying where they went (None: not kept here)."""

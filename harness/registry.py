@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -21,6 +21,8 @@ from harness import hookspecs
 from harness.params import ConfigBlock, ConfigError, validate
 
 DEFAULT_PLUGINS: tuple[str, ...] = (
+    # first: its ``prestart`` starts the tracker's helper before the rest loads
+    "plugins.tracking.mlflow_worker",
     "plugins.sets.kset",
     "plugins.sets.alphaset",
     "plugins.sets.simplex",
@@ -45,7 +47,9 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "plugins.data.group_data",
     "plugins.metrics.group_metrics",
     "plugins.metrics.reference",
-    "plugins.tracking.mlflow_tracking",
+    "plugins.tracking.mlflow_runs",
+    "plugins.tracking.sweeps",
+    "plugins.tracking.records",
 )
 
 #: top-level config keys of the game itself (plugins add blocks of their own)
@@ -76,11 +80,18 @@ class PluginError(RuntimeError):
 
 
 def make_plugin_manager(
-    extra: Iterable[Any] = (), *, load_entrypoints: bool | None = None
+    extra: Iterable[Any] = (), *, load_entrypoints: bool | None = None,
+    argv: Sequence[str] | None = None,
 ) -> pluggy.PluginManager:
-    """A fresh plugin manager with the built-ins, installed packages and ``extra``."""
+    """A fresh plugin manager with the built-ins, installed packages and ``extra``.
+
+    ``argv``: the ``minimax-bench`` command's arguments; each plugin's
+    ``prestart`` is then called with them as soon as it is registered (a
+    historic hook), before the plugins after it are imported."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
+    if argv is not None:
+        pm.hook.prestart.call_historic(kwargs={"argv": list(argv)})
     for module_name in DEFAULT_PLUGINS:
         pm.register(importlib.import_module(module_name), name=module_name)
     if load_entrypoints is None:
@@ -235,9 +246,11 @@ def _check_constraint_set(K: Any, name: str, plugin: str) -> None:
 _default: Registry | None = None
 
 
-def default_registry() -> Registry:
-    """The registry of built-ins and installed packages (built once per process)."""
+def default_registry(argv: Sequence[str] | None = None) -> Registry:
+    """The registry of built-ins and installed packages (built once per process;
+    ``argv``: the command's arguments for the plugins' ``prestart``, when this
+    call builds it)."""
     global _default
     if _default is None:
-        _default = Registry(make_plugin_manager())
+        _default = Registry(make_plugin_manager(argv=argv))
     return _default

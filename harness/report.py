@@ -1,14 +1,16 @@
-"""``minimax-bench-report``: figures and tables of a sweep (or any runs) from MLflow.
+"""``minimax-bench-report``: figures and tables of a sweep (or any runs) a tracker recorded.
 
     minimax-bench-report --experiment paper_cancer --out report/
     minimax-bench-report --tracking-uri http://127.0.0.1:5000 --experiment sweep \
         --filter "tags.dataset = 'boston'"
 
-Reads the finished runs of the experiment (any MLflow tracking URI; the
-game's and the whole-algorithm solvers' alike): by default those of the most
-recent sweep (the children of the most recently started parent run, where the
-experiment has sweeps), ``--sweep RUN_ID`` another sweep, ``--all`` every run;
-``--filter`` applies on top. Runs are grouped by configuration (every param but
+Reads the finished runs of the experiment through the tracker's ``read_runs``
+hook (``harness.runs.RunRecord``; the built-in MLflow tracker reads any
+tracking URI, ``--tracking-uri`` or ``--source``), the game's and the
+whole-algorithm solvers' alike: by default those of the most recent sweep (the
+runs of the most recently started sweep, where the experiment has sweeps),
+``--sweep ID`` another sweep, ``--all`` every run; ``--filter`` (in the
+tracker's search syntax) applies on top. Runs are grouped by configuration (every param but
 the seed and ``NOT_CONFIGURATION``; one run per configuration and seed, the
 latest), each labelled by its algorithm and the params that tell it apart from
 the other configurations of that algorithm (``exp4mp budget=200000``), and
@@ -47,29 +49,29 @@ split by problem (data set, preparation, k, mu/nu). It writes
   step and tuned, with both rankings, then every grid point's score; runs on
   the tuning seeds (tag ``tuning=tune``) are left out of every report;
 
-and logs them as artifacts of the sweep's parent run (``report/``) when the
-report covers one sweep, else of a summary run (tag ``minimax_bench_report``)
-in the same experiment.
+and hands them to the tracker (the hook ``save_report``; MLflow: artifacts of
+the sweep's parent run, ``report/``, when the report covers one sweep, else of
+a summary run in the same experiment).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pluggy
 
 from harness import tune
+from harness.runs import RunRecord
 
-REPORT_TAG = "minimax_bench_report"
 CURVE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality",
                  "normalised_suboptimality", "accuracy", "topk_mse", "max_loss", "theory_bound")
 TABLE_METRICS = ("dual_gap", "objective", "suboptimality", "relative_suboptimality",
@@ -125,9 +127,6 @@ class Curves:
 #: settings: they measure the run, they do not change it); ``*`` is a wildcard.
 #: Run ids, start and wall times and the version are tags and metrics, never params.
 NOT_CONFIGURATION = ("seed", "opt", "opt_*", "trivial_*", "start_objective", "reference.*")
-#: the tag of a sweep's parent run (``plugins/tracking/mlflow_tracking.py``, ``SweepCallback``)
-SWEEP_TAG = "minimax_bench_sweep"
-PARENT_TAG = "mlflow.parentRunId"
 
 
 @dataclass
@@ -207,87 +206,89 @@ def config_labels(configs: Sequence[tuple[str, str, Mapping[str, str]]],
     return [" ".join([a] + [f"{k}={c.get(k, '-')}" for k in chosen[a]]) for a, _, c in configs]
 
 
-def _overridden(overrides: str) -> frozenset[str]:
-    """The config keys a sweep's ``overrides`` tag sets (``p_player=x`` sets ``p_player.name``)."""
-    keys = {item.split("=", 1)[0].lstrip("+~") for item in overrides.split() if "=" in item}
+def _overridden(overrides: Sequence[str]) -> frozenset[str]:
+    """The config keys a sweep's ``overrides`` set (``p_player=x`` sets ``p_player.name``)."""
+    keys = {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
     return frozenset(keys | {f"{k}.name" for k in keys})
 
 
-def _scope(runs: Sequence, sweep: str) -> Scope:
-    """``sweep``: ``"latest"`` (the most recently started parent run, if any), ``"all"``,
-    or a parent run id."""
+def _scope(records: Sequence[RunRecord], sweep: str) -> Scope:
+    """``sweep``: ``"latest"`` (the most recently started sweep, if any), ``"all"``,
+    or a sweep's id."""
     if sweep == "all":
         return Scope()
-    by_id = {r.info.run_id: r for r in runs}
+    by_id = {r.id: r for r in records}
     # the sweeps with a finished run (a sweep stopped before its first run is no report)
-    parents = {r.data.tags[PARENT_TAG] for r in runs
-               if PARENT_TAG in r.data.tags and _is_game_run(r)}
+    parents = {r.sweep for r in records if r.sweep is not None and _is_game_run(r)}
     if sweep != "latest":
         if sweep not in by_id:
             raise SystemExit(f"minimax-bench-report: error: no run {sweep!r} in the experiment "
-                             "(--sweep takes the run id of a sweep's parent run).")
+                             "(--sweep takes the id of a sweep's record: its parent run).")
         parents = {sweep}
     known = [by_id[p] for p in parents if p in by_id]
     if not known:
         return Scope()
-    parent = max(known, key=lambda r: r.info.start_time or 0)
-    return Scope(parent.info.run_id, parent.info.run_name)
+    parent = max(known, key=lambda r: r.start_time)
+    return Scope(parent.id, parent.name)
 
 
-def _is_game_run(run) -> bool:
-    tags = run.data.tags
-    return REPORT_TAG not in tags and "algorithm" in tags and run.info.status == "FINISHED"
+def _is_game_run(record: RunRecord) -> bool:
+    return not record.is_sweep and "algorithm" in record.tags and record.status == "FINISHED"
 
 
-def _latest_per_seed(runs: Sequence) -> list:
+def _latest_per_seed(runs: Sequence[RunRecord]) -> list[RunRecord]:
     """One run per configuration and seed: the latest (said on stderr)."""
-    latest: dict[tuple, Any] = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time or 0):
-        params = run.data.params
-        key = (run.data.tags["algorithm"], tuple(sorted(configuration(params).items())),
-               params.get("seed", run.data.tags.get("seed")))
+    latest: dict[tuple, RunRecord] = {}
+    for run in sorted(runs, key=lambda r: r.start_time):
+        key = (run.tags["algorithm"], tuple(sorted(configuration(run.params).items())),
+               run.params.get("seed", run.tags.get("seed")))
         if key in latest:
-            print(f"minimax-bench-report: runs {latest[key].info.run_id} and "
-                  f"{run.info.run_id} have the same configuration and seed {key[2]}: "
-                  f"keeping the later one, {run.info.run_id}.", file=sys.stderr)
+            print(f"minimax-bench-report: runs {latest[key].id} and {run.id} have the same "
+                  f"configuration and seed {key[2]}: keeping the later one, {run.id}.",
+                  file=sys.stderr)
         latest[key] = run
     return list(latest.values())
 
 
-def _histories(client, run) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    histories = {}
-    for key in run.data.metrics:
-        history = sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
-        histories[key] = (np.array([m.step for m in history], dtype=float),
-                          np.array([m.value for m in history], dtype=float))
-    return histories
+def read_runs(source: str | None, experiment: str, query: str = "",
+              pm: pluggy.PluginManager | None = None) -> list[RunRecord]:
+    """The records of ``experiment``'s runs matching ``query``, from the first
+    tracker that reads ``source`` (the hook ``read_runs``)."""
+    if pm is None:
+        from harness.registry import default_registry
+
+        pm = default_registry().pm
+    try:
+        found = pm.hook.read_runs(source=source, experiment=experiment, query=query)
+    except LookupError as err:
+        raise SystemExit(f"minimax-bench-report: error: {err.args[0] if err.args else err}.") \
+            from None
+    if found is None:
+        raise SystemExit("minimax-bench-report: error: no tracking plugin reads runs"
+                         + (f" from {source!r}" if source else "") + ".")
+    return list(found)
 
 
-def load_report(uri: str | None, experiment: str, filter_string: str = "",
-                sweep: str = "latest") -> tuple[dict[str, Curves], Scope]:
+def load_report(source: str | None, experiment: str, filter_string: str = "",
+                sweep: str = "latest", pm: pluggy.PluginManager | None = None,
+                ) -> tuple[dict[str, Curves], Scope]:
     """Finished game runs of ``experiment`` in scope (``sweep``: see ``_scope``),
-    grouped by configuration label (``config_labels``), and the scope."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise SystemExit(f"minimax-bench-report: error: no experiment named {experiment!r} "
-                         f"in {client.tracking_uri}.")
-    everything = client.search_runs([exp.experiment_id], max_results=5000)
+    grouped by configuration label (``config_labels``), and the scope; the
+    runs come from the tracker's ``read_runs`` (``pm``: the plugin manager,
+    default the registry's)."""
+    everything = read_runs(source, experiment, "", pm)
     scope = _scope(everything, sweep)
-    runs = [r for r in (client.search_runs([exp.experiment_id], filter_string=filter_string,
-                                           max_results=5000) if filter_string else everything)
-            if _is_game_run(r)]
+    matching = read_runs(source, experiment, filter_string, pm) if filter_string else everything
+    runs = [r for r in matching if _is_game_run(r)]
     if scope.sweep_id is not None:
-        inside = [r for r in runs if r.data.tags.get(PARENT_TAG) == scope.sweep_id]
-        scope.left_out = sum(_is_game_run(r) and r.data.tags.get(PARENT_TAG) != scope.sweep_id
-                             for r in everything)
+        inside = [r for r in runs if r.sweep == scope.sweep_id]
+        scope.left_out = sum(_is_game_run(r) and r.sweep != scope.sweep_id for r in everything)
         runs = inside
-        scope.tuning = _tuning_record(client, scope.sweep_id)
+        parent = next(r for r in everything if r.id == scope.sweep_id)
+        scope.tuning = _tuning_record(parent)
     # a tuning sweep's runs on its tuning seeds pick steps; its evaluation runs are the result
-    scope.tuning_runs = sum(r.data.tags.get(tune.ROLE_TAG) == "tune" for r in runs)
-    runs = [r for r in runs if r.data.tags.get(tune.ROLE_TAG) != "tune"]
+    scope.tuning_runs = sum(r.tags.get(tune.ROLE_TAG) == "tune" for r in runs)
+    runs = [r for r in runs if r.tags.get(tune.ROLE_TAG) != "tune"]
     runs = _latest_per_seed(runs)
     if not runs:
         where = f" of sweep {scope.sweep_name!r} ({scope.sweep_id})" if scope.sweep_id else ""
@@ -296,19 +297,19 @@ def load_report(uri: str | None, experiment: str, filter_string: str = "",
                                                     if filter_string else "") + ".")
     preferred: frozenset[str] = frozenset()
     if scope.sweep_id is not None:
-        preferred = _overridden(client.get_run(scope.sweep_id).data.tags.get("overrides", ""))
-    problems = [problem_of(r.data.params, r.data.tags) for r in runs]
+        preferred = _overridden(parent.overrides)
+    problems = [problem_of(r.params, r.tags) for r in runs]
     preferred |= {STEP_KEY}  # a tuning sweep's lines: the theory step and the tuned one
-    labels = config_labels([(r.data.tags["algorithm"], problem, _labelled(r))
+    labels = config_labels([(r.tags["algorithm"], problem, _labelled(r))
                             for r, (problem, _) in zip(runs, problems, strict=True)], preferred)
-    labels = [label if f" {STEP_KEY}=" in label or tune.ROLE_TAG not in r.data.tags else
-              f"{label} {STEP_KEY}={STEP_NAMES.get(r.data.tags[tune.ROLE_TAG], '?')}"
+    labels = [label if f" {STEP_KEY}=" in label or tune.ROLE_TAG not in r.tags else
+              f"{label} {STEP_KEY}={STEP_NAMES.get(r.tags[tune.ROLE_TAG], '?')}"
               for label, r in zip(labels, runs, strict=True)]
     grouped: dict[str, Curves] = defaultdict(Curves)
     for run, label, (problem, where) in zip(runs, labels, problems, strict=True):
-        params, curves = run.data.params, grouped[label]
-        name = f"{label} s{params.get('seed', '?')} {run.info.run_id[:8]}"
-        curves.runs[name] = _histories(client, run)
+        params, curves = run.params, grouped[label]
+        name = f"{label} s{params.get('seed', '?')} {run.id[:8]}"
+        curves.runs[name] = dict(run.metrics)
         if "opt" in params:
             curves.opt[name] = float(params["opt"])
         if "trivial_objective" in params:
@@ -350,49 +351,28 @@ STEP_KEY = "step"
 STEP_NAMES = {"theory": "theory", "tuned": "tuned", "both": "theory=tuned"}
 
 
-def _labelled(run) -> dict[str, str]:
+def _labelled(run: RunRecord) -> dict[str, str]:
     """The run's configuration, with its role in a tuning sweep as ``step``."""
-    found = configuration(run.data.params)
-    role = run.data.tags.get(tune.ROLE_TAG)
+    found = configuration(run.params)
+    role = run.tags.get(tune.ROLE_TAG)
     if role in STEP_NAMES:
         found[STEP_KEY] = STEP_NAMES[role]
     return found
 
 
-def _tuning_record(client, run_id: str) -> dict[str, Any] | None:
-    """``tuning.json`` of a tuning sweep's parent run; None for another sweep."""
-    import json
-    import tempfile
-
-    if client.get_run(run_id).data.tags.get(tune.TUNING_TAG) != "1":
+def _tuning_record(sweep: RunRecord) -> dict[str, Any] | None:
+    """A tuning sweep's record (its ``tuning.json``); None for another sweep,
+    or a tuning sweep that has not written it yet."""
+    if sweep.tags.get(tune.TUNING_TAG) != "1":
         return None
-    quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    with tempfile.TemporaryDirectory() as folder, _environ(quiet):
-        try:
-            path = client.download_artifacts(run_id, tune.TUNING_FILE, folder)
-        except Exception:  # noqa: BLE001 - an unfinished tuning sweep has no record yet
-            return None
-        return json.loads(Path(path).read_text())
+    text = sweep.read_file(tune.TUNING_FILE)
+    return None if text is None else json.loads(text)
 
 
-@contextmanager
-def _environ(values: Mapping[str, str]):
-    """Environment variables set for the block (the user's own settings win)."""
-    saved = {k: os.environ.get(k) for k in values}
-    for key, value in values.items():
-        os.environ.setdefault(key, value)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-
-
-def load(uri: str | None, experiment: str, filter_string: str = "",
-         sweep: str = "latest") -> dict[str, Curves]:
+def load(source: str | None, experiment: str, filter_string: str = "",
+         sweep: str = "latest", pm: pluggy.PluginManager | None = None) -> dict[str, Curves]:
     """Finished game runs of ``experiment`` grouped by configuration (``load_report``)."""
-    return load_report(uri, experiment, filter_string, sweep)[0]
+    return load_report(source, experiment, filter_string, sweep, pm)[0]
 
 
 def band(curves: Curves, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -835,50 +815,39 @@ def profile_figure(split: dict[str, dict[str, Curves]], out: Path, title: str,
     return path
 
 
-def log_summary_run(uri: str | None, experiment: str, files: Sequence[Path]) -> str:
-    from mlflow.tracking import MlflowClient
+def save_report(source: str | None, experiment: str, sweep: str | None,
+                files: Sequence[Path], pm: pluggy.PluginManager | None = None) -> str | None:
+    """Hand the report's ``files`` to the tracker (the hook ``save_report``):
+    onto the sweep's record, or a record of their own when ``sweep`` is None.
+    Returns where they went (None: no tracker keeps them)."""
+    if pm is None:
+        from harness.registry import default_registry
 
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    run = client.create_run(exp.experiment_id, tags={REPORT_TAG: "1"},
-                            run_name=f"report-{experiment}")
-    for path in files:
-        client.log_artifact(run.info.run_id, str(path))
-    client.set_terminated(run.info.run_id)
-    return run.info.run_id
-
-
-#: where a sweep's report goes among its parent run's artifacts
-PARENT_ARTIFACT_PATH = "report"
-
-
-def log_to_parent(uri: str | None, parent_run_id: str, files: Sequence[Path]) -> None:
-    """The report's files as artifacts of the sweep's parent run (``report/``)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    for path in files:
-        client.log_artifact(parent_run_id, str(path), PARENT_ARTIFACT_PATH)
+        pm = default_registry().pm
+    return pm.hook.save_report(source=source, experiment=experiment, sweep=sweep,
+                               files=list(files))
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minimax-bench-report",
                                      description=__doc__.split("\n\n")[0].replace("``", ""))
-    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI",
-                                                                 "sqlite:///mlflow.db"))
+    parser.add_argument("--source", "--tracking-uri", dest="source", default=None,
+                        help="where the tracker reads the runs (MLflow: a tracking URI; "
+                             "default: the tracker's own, e.g. $MLFLOW_TRACKING_URI or "
+                             "sqlite:///mlflow.db)")
     parser.add_argument("--experiment", default="minimax-bench")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("--all", action="store_true",
                        help="every finished run (default: the most recent sweep's runs)")
     scope.add_argument("--sweep", metavar="RUN_ID", default=None,
                        help="the runs of the sweep with this parent run id")
-    parser.add_argument("--filter", default="", help="MLflow search filter, e.g. "
-                        "\"tags.dataset = 'boston'\" (on top of the scope)")
+    parser.add_argument("--filter", default="", help="the tracker's search filter (MLflow: "
+                        "\"tags.dataset = 'boston'\"), on top of the scope")
     parser.add_argument("--out", default="report", help="output folder")
     parser.add_argument("--title", default=None)
     parser.add_argument("--no-log", action="store_true",
-                        help="do not log the files to MLflow (the sweep's parent run, or a "
-                             "summary run)")
+                        help="do not hand the files to the tracker (MLflow: artifacts of "
+                             "the sweep's parent run, or of a summary run)")
     parser.add_argument("--x", default="data_points", choices=tuple(X_AXES),
                         help="what the figures' x-axis and the performance profile's cost "
                              "count (default: data points)")
@@ -943,10 +912,12 @@ def write_report(grouped: dict[str, Curves], out: Path, title: str,
     return files
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, pm: pluggy.PluginManager | None = None) -> int:
+    """``minimax-bench-report [options]``; ``pm``: the plugin manager whose
+    trackers read the runs and keep the files (default: the registry's)."""
     args = _parser().parse_args(argv)
     sweep = "all" if args.all else (args.sweep or "latest")
-    grouped, scope = load_report(args.tracking_uri, args.experiment, args.filter, sweep)
+    grouped, scope = load_report(args.source, args.experiment, args.filter, sweep, pm)
     print(scope.describe(sum(len(c.runs) for c in grouped.values())))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -954,13 +925,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {len(files)} files to {out}/")
     if args.no_log:
         return 0
-    if scope.sweep_id is not None:
-        log_to_parent(args.tracking_uri, scope.sweep_id, files)
-        print(f"logged as artifacts ({PARENT_ARTIFACT_PATH}/) of the sweep's parent run "
-              f"{scope.sweep_id}")
-    else:
-        run_id = log_summary_run(args.tracking_uri, args.experiment, files)
-        print(f"logged as artifacts of run {run_id} in experiment {args.experiment!r}")
+    saved = save_report(args.source, args.experiment, scope.sweep_id, files, pm)
+    print(saved or "no tracking plugin keeps the report's files")
     return 0
 
 

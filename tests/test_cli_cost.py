@@ -82,7 +82,7 @@ def test_importing_the_cli_and_the_plugins_loads_no_heavy_package(tmp_path):
         import harness, harness.cli
         from harness.registry import default_registry
         default_registry()
-        import plugins.tracking.mlflow_tracking, plugins.metrics.reference
+        import plugins.tracking.mlflow_runs, plugins.tracking.records, plugins.metrics.reference
         print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))
     """, tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -138,12 +138,12 @@ def test_the_dead_server_check_without_a_uri_asks_what_mlflow_would(tmp_path, so
 def test_mlflow_is_loaded_without_collections(tmp_path, store):
     proc = _python(f"""
         import gc, json
-        from plugins.tracking import mlflow_tracking
+        from plugins.tracking import mlflow_store
         gc.freeze()  # as the command does; outside a Hydra run nothing more is frozen
         frozen = gc.get_freeze_count()
         collections = []
         gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(1))
-        client = mlflow_tracking._client("{store}")
+        client = mlflow_store.client("{store}")
         during = len(collections)
         print(json.dumps({{"collections": during, "enabled": gc.isenabled(),
                           "frozen more": gc.get_freeze_count() > frozen}}))

@@ -26,7 +26,7 @@ from harness.protocols import refusal
 from harness.registry import Registry
 from plugins.models.glm import LogisticCEL
 from plugins.p_players.exp4mp import Exp4MP
-from plugins.tracking import mlflow_tracking
+from plugins.tracking import pending as pending_records
 from plugins.w_players.ogd import OGD
 
 from conftest import game_cfg
@@ -538,7 +538,7 @@ def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path):
         records = [json.loads(x) for x in pending[0].read_text().splitlines()]
         assert records[-1]["status"] == "FINISHED"
         server.start()
-        assert mlflow_tracking.replay(pending[0]) == len(records)
+        assert pending_records.replay(pending[0]) == len(records)
         client = _client(server.uri)
         exp = client.get_experiment_by_name("outage")
         (run,) = client.search_runs([exp.experiment_id])

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from plugins.tracking import mlflow_tracking, mlflow_worker
+from plugins.tracking import mlflow_store, mlflow_worker
 
 from conftest import cli_env
 
@@ -46,8 +46,8 @@ def test_calls_through_the_helper_reach_the_store(tmp_path, helper):
     run = client.create_run(experiment, tags={"t": "1"}, run_name="through-the-helper")
     assert isinstance(run, types.SimpleNamespace)
     run_id = run.info.run_id
-    mlflow_tracking._log_batch(client, run_id, params=[("eta", "0.5"), ("k", "20")])
-    mlflow_tracking._log_batch(client, run_id, metrics=[("gap", 0.25, 1000, 40),
+    mlflow_store.log_batch(client, run_id, params=[("eta", "0.5"), ("k", "20")])
+    mlflow_store.log_batch(client, run_id, metrics=[("gap", 0.25, 1000, 40),
                                                         ("gap", 0.125, 2000, 80)])
     client.set_terminated(run_id, status="FINISHED")
     # the answers are plain Python: no mlflow needed to read them
@@ -75,7 +75,7 @@ def test_a_helper_that_dies_is_replaced_by_an_in_process_client(tmp_path, helper
     helper.proc.kill()
     helper.proc.wait()
     run = client.create_run(experiment)  # in this process from here on
-    mlflow_tracking._log_batch(client, run.info.run_id, metrics=[("gap", 0.5, 1, 3)])
+    mlflow_store.log_batch(client, run.info.run_id, metrics=[("gap", 0.5, 1, 3)])
     assert MlflowClient(uri).get_run(run.info.run_id).data.metrics == {"gap": 0.5}
     # a new client of the dead helper starts in-process too
     assert mlflow_worker.RemoteClient(helper, uri).get_experiment_by_name("before") is not None
@@ -156,8 +156,8 @@ def test_a_multirun_job_releases_an_unused_helper(tmp_path, monkeypatch):
     # jobs keep mlflow in-process and stop the helper
     started = mlflow_worker.start()
     monkeypatch.setattr(mlflow_worker, "_STARTED", [started])
-    monkeypatch.setattr(mlflow_tracking, "_single_run", lambda: False)
-    client = mlflow_tracking._client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setattr(mlflow_store, "single_run", lambda: False)
+    client = mlflow_store.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert isinstance(client, MlflowClient)
     assert mlflow_worker.started() is None and started.proc.returncode == -9
 

@@ -11,6 +11,8 @@ import pytest
 
 import harness
 from harness import report
+from plugins.tracking.records import REPORT_TAG
+from plugins.tracking.sweeps import SWEEP_TAG
 
 from conftest import game_cfg
 
@@ -52,13 +54,13 @@ def test_report_of_a_sweep_writes_figures_and_tables_and_logs_them_to_its_parent
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("tiny")
     everything = client.search_runs([exp.experiment_id])
-    parent = next(r for r in everything if r.data.tags.get(report.SWEEP_TAG) == "1")
+    parent = next(r for r in everything if r.data.tags.get(SWEEP_TAG) == "1")
     assert f"reporting sweep {parent.info.run_name!r} (parent run {parent.info.run_id})" \
         in capsys.readouterr().out
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/dual_gap.png", "report/summary.png", "report/final_values.md",
             "report/time_to_accuracy.md"} <= names
-    assert not [r for r in everything if report.REPORT_TAG in r.data.tags]
+    assert not [r for r in everything if REPORT_TAG in r.data.tags]
     # a second report ignores the sweep's parent run, which now holds artifacts
     grouped = report.load(uri, "tiny")
     assert sorted(grouped) == ["exp4mp", "ftrl"]
@@ -144,7 +146,7 @@ def test_sweep_option_and_filter_select_runs_and_a_wrong_id_is_an_error(mixed):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("mixed")
     parent = next(r for r in client.search_runs([exp.experiment_id])
-                  if r.data.tags.get(report.SWEEP_TAG) == "1")
+                  if r.data.tags.get(SWEEP_TAG) == "1")
     grouped = report.load(uri, "mixed", "tags.algorithm = 'ru_sgd'", sweep=parent.info.run_id)
     assert sorted(grouped) == ["ru_sgd"] and len(grouped["ru_sgd"].runs) == 2
     with pytest.raises(SystemExit, match="no run 'nope' in the experiment"):
@@ -161,10 +163,10 @@ def test_report_of_every_run_logs_a_summary_run_not_the_parent(mixed):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("mixed")
     runs = client.search_runs([exp.experiment_id])
-    summary = [r for r in runs if r.data.tags.get(report.REPORT_TAG) == "1"]
+    summary = [r for r in runs if r.data.tags.get(REPORT_TAG) == "1"]
     assert len(summary) == 1
     assert "final_values.md" in {a.path for a in client.list_artifacts(summary[0].info.run_id)}
-    parent = next(r for r in runs if r.data.tags.get(report.SWEEP_TAG) == "1")
+    parent = next(r for r in runs if r.data.tags.get(SWEEP_TAG) == "1")
     assert not client.list_artifacts(parent.info.run_id)
 
 

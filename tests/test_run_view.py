@@ -17,7 +17,7 @@ from harness import cli
 from harness.context import RunView
 from harness.game import TIMING_METRICS
 from plugins.metrics import reference
-from plugins.tracking import mlflow_tracking
+from plugins.tracking import mlflow_runs, sweeps
 
 REPO = Path(harness.__file__).resolve().parents[1]
 
@@ -226,21 +226,21 @@ def test_reference_lines_follow_the_core_rows(tiny_cfg, tmp_path):
 def test_the_tracker_says_where_the_run_is_and_that_it_was_killed():
     handle = {"run_id": "abc123", "experiment_id": "7", "uri": "sqlite:///x/mlflow.db"}
     context = SimpleNamespace(state={"mlflow": handle})
-    local = mlflow_tracking.summary_lines(context, "FINISHED", {})
+    local = mlflow_runs.summary_lines(context, "FINISHED", {})
     assert local == [
         ("MLflow run", "abc123 (experiment id 7) in sqlite:///x/mlflow.db"),
         ("", "open it with:  mlflow ui --backend-store-uri sqlite:///x/mlflow.db  then "
              "http://127.0.0.1:5000/#/experiments/7/runs/abc123")]
     handle["uri"] = "http://mlflow.example:5000/"
-    assert mlflow_tracking.summary_lines(context, "FINISHED", {})[1] == (
+    assert mlflow_runs.summary_lines(context, "FINISHED", {})[1] == (
         "", "open it at:    http://mlflow.example:5000/#/experiments/7/runs/abc123")
-    assert mlflow_tracking.summary_lines(context, "KILLED", {}) == [
+    assert mlflow_runs.summary_lines(context, "KILLED", {}) == [
         ("MLflow run", "abc123 is marked KILLED with the checkpoints logged so far")]
-    assert mlflow_tracking.summary_lines(SimpleNamespace(state={}), "FINISHED", {}) is None
+    assert mlflow_runs.summary_lines(SimpleNamespace(state={}), "FINISHED", {}) is None
 
 
 def test_sweep_record_is_empty_outside_a_multirun():
-    assert mlflow_tracking.sweep_record() == {}
+    assert sweeps.sweep_record() == {}
     assert not hasattr(cli, "sweep_record")
 
 

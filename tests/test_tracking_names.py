@@ -16,12 +16,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 import harness
-from plugins.tracking.mlflow_tracking import (
-    CONFIG_KEY_TAG,
-    EXPERIMENT_KIND,
-    AlreadyFinished,
-    sweep_name,
-)
+from plugins.tracking.mlflow_runs import CONFIG_KEY_TAG, AlreadyFinished
+from plugins.tracking.mlflow_store import EXPERIMENT_KIND
+from plugins.tracking.sweeps import sweep_name
 from tests.conftest import game_cfg
 
 

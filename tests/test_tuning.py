@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import report, tune
+from plugins.tracking.sweeps import SWEEP_TAG
 
 from conftest import run_harness_cli
 
@@ -121,7 +122,7 @@ def test_the_parent_run_holds_the_rule_and_the_record_and_the_report_tables_it(s
     assert record["rule"].startswith(
         f"median over tuning seeds {TUNING_SEEDS} of the final objective")
     assert "Selection rule: the lowest median" in stdout  # printed at the end of the sweep
-    parent = next(r for r in runs if r.data.tags.get(report.SWEEP_TAG) == "1")
+    parent = next(r for r in runs if r.data.tags.get(SWEEP_TAG) == "1")
     assert parent.data.tags[tune.TUNING_TAG] == "1"
     assert parent.data.tags["tuning_rule"] == record["rule"]
     uri = f"sqlite:///{where}/mlflow.db"
@@ -278,7 +279,7 @@ def test_a_refused_tuning_sweep_leaves_no_running_parent_for_the_report(tmp_path
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("minimax-bench")
     parents = [r for r in client.search_runs([exp.experiment_id])
-               if r.data.tags.get(report.SWEEP_TAG) == "1"]
+               if r.data.tags.get(SWEEP_TAG) == "1"]
     assert [p.info.status for p in parents] == ["FAILED"]
     # the empty sweep is not "the latest sweep": the report falls back to the runs
     assert report.main(["--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--out",

@@ -2,14 +2,16 @@
 then serves the MLflow tracker's calls to one store.
 
 Importing mlflow and its SQLAlchemy store takes about 1.2 s of one core. The
-command starts this process (``prestart``, from ``harness.command``) before it
-loads anything heavy, so the import runs on the machine's other core while
-the command loads numpy, numba and the plugins, composes its config, loads
-the data and prepares the game; at run start the tracker opens its store here
-(``RemoteClient``) and every later call (create the run, log the params, each
-checkpoint, the final status) goes here and waits for the answer, as a call
-of an ``MlflowClient`` in the command's process would: checkpoints are logged
-live, and an error reaches the tracker's buffering as before.
+command starts this process (the hook ``prestart``, called as this module is
+registered, first of the built-ins) before it loads anything heavy, so the
+import runs on the machine's other core while the command loads numpy, numba
+and the plugins, composes its config, loads the data and prepares the game;
+at run start the tracker opens its store here (``RemoteClient``, made by
+``plugins.tracking.mlflow_store.client``) and every later call (create the
+run, log the params, each checkpoint, the final status) goes here and waits
+for the answer, as a call of an ``MlflowClient`` in the command's process
+would: checkpoints are logged live, and an error reaches the tracker's
+buffering as before.
 
 The protocol is pickled ``(number, client, method, args, kwargs)`` requests
 on the process's stdin and ``(number, ok, value)`` answers on its stdout
@@ -34,6 +36,8 @@ import subprocess
 import sys
 import types
 from typing import Any
+
+import harness
 
 #: set to 0 to keep mlflow in the command's own process
 ENV_SWITCH = "MINIMAX_BENCH_MLFLOW_HELPER"
@@ -99,10 +103,11 @@ class Helper:
             self.proc.kill()
 
 
+@harness.hookimpl
 def prestart(argv: list[str]) -> None:
-    """Start the helper for a single run of the command that may track
-    (``harness.command``): not for ``--multirun`` (its jobs may run anywhere),
-    ``tracking.enabled=false``, or a process that has loaded mlflow already.
+    """Start the helper for a single run of the command that may track: not
+    for ``--multirun`` (its jobs may run anywhere), ``tracking.enabled=false``,
+    or a process that has loaded mlflow already.
     It is closed when the process ends. The tracker uses it for a single
     run only: a preset's multirun stops it (``release``)."""
     if _STARTED or "mlflow" in sys.modules or any(a in ("-m", "--multirun") for a in argv):

@@ -204,7 +204,7 @@ def test_a_misspelt_plugin_name_is_an_error():
     with pytest.raises(contract.SelectionError, match=r"\['some_typo'\].*'plugins\.sets\.kset'"):
         contract._selection("plugins.sets.kset,some_typo", registry)
     with pytest.raises(contract.SelectionError, match="register no constraint set"):
-        contract._selection("plugins.tracking.mlflow_tracking", registry)
+        contract._selection("plugins.tracking.mlflow_runs", registry)
     assert contract._selection(" plugins.sets.kset , plugins.p_players.uniform,", registry) == {
         "plugins.sets.kset", "plugins.p_players.uniform"}
     assert contract._selection(" , ", registry) == set()
