@@ -91,6 +91,9 @@ class Prospect(RowSolver):
 
     name: ClassVar[str] = "prospect"
     template: ClassVar[str] = "plugins.solvers.prospect_kernels"
+    #: the saved state's version (``harness.state``): 1, the best response's
+    #: state a ``BRState`` read by field
+    state_version: ClassVar[int] = 1
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         X, y = self._prepare(problem, budget)
