@@ -44,6 +44,7 @@ import ast
 import contextlib
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 import tempfile
@@ -218,17 +219,28 @@ def _source_file(name: str) -> Path | None:
     return Path(spec.origin)
 
 
-_IMPORTS: dict[tuple[str, Path, int, int], list[tuple[str, tuple[str, ...]]]] = {}
+#: each source file's imports (``_read_imports``) by module, path, mtime and
+#: size; kept on disk in ``cache_dir()`` (``IMPORTS_FILE``): parsing the
+#: kernels' modules costs some 20 ms a process, reading this file under 1 ms
+_IMPORTS: dict[str, list[list]] | None = None
+IMPORTS_FILE = "imports.json"
 
 
 def _imports(name: str, path: Path, tops: set[str]) -> set[str]:
     """The absolute names of the modules of packages ``tops`` that ``path``
     (module ``name``) imports; ``from pkg import helper`` counts the submodule
     ``pkg.helper`` where there is one, else ``pkg``."""
+    global _IMPORTS
+    if _IMPORTS is None:
+        try:
+            _IMPORTS = json.loads((cache_dir() / IMPORTS_FILE).read_text())
+        except (OSError, ValueError):
+            _IMPORTS = {}
     info = path.stat()
-    key = (name, path, info.st_mtime_ns, info.st_size)
-    if key not in _IMPORTS:  # parsed once per process and version of the file
-        _IMPORTS[key] = _read_imports(name, path)
+    key = f"{name}|{path}|{info.st_mtime_ns}|{info.st_size}"
+    if key not in _IMPORTS:
+        _IMPORTS[key] = [[base, list(names)] for base, names in _read_imports(name, path)]
+        _save_imports(_IMPORTS)
     found: set[str] = set()
     for base, names in _IMPORTS[key]:
         if base.partition(".")[0] not in tops:
@@ -237,6 +249,18 @@ def _imports(name: str, path: Path, tops: set[str]) -> set[str]:
         found.update(f"{base}.{alias}" for alias in names
                      if _source_file(f"{base}.{alias}") is not None)
     return found
+
+
+def _save_imports(table: dict[str, list[list]]) -> None:
+    """Write the table of imports, the current version of each file only."""
+    latest: dict[str, str] = {}
+    for key in table:
+        latest[key.rsplit("|", 2)[0]] = key  # (a later version replaces an earlier one)
+    with contextlib.suppress(OSError):
+        path = cache_dir() / IMPORTS_FILE
+        tmp = path.with_name(f"{IMPORTS_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({key: table[key] for key in latest.values()}))
+        os.replace(tmp, path)
 
 
 def _read_imports(name: str, path: Path) -> list[tuple[str, tuple[str, ...]]]:

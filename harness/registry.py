@@ -12,7 +12,6 @@ import os
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
 import pluggy
@@ -119,6 +118,8 @@ def _plugin_name(pm: pluggy.PluginManager, plugin: Any) -> str:
 
 def _load_entrypoints(pm: pluggy.PluginManager) -> None:
     """Like pluggy's loader, but one broken package only warns (names it) and the rest load."""
+    from importlib.metadata import entry_points  # (20 ms: after the plugins' prestart)
+
     for ep in entry_points(group=hookspecs.PROJECT):
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
