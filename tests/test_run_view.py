@@ -280,6 +280,61 @@ def test_the_core_imports_no_plugin_module():
     assert not found, "\n".join(found)
 
 
+#: a plugin module's dotted name (``plugins.tracking.sweeps``), not ``docs/plugins.md``
+PLUGIN_NAME = re.compile(r"(?<![\w/])plugins\.(?!md\b)\w")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _default_plugins(tree: ast.AST) -> set[int]:
+    """The strings of ``DEFAULT_PLUGINS``: the one list of the built-ins, which
+    are registered through the same hooks as a third party's."""
+    return {id(item) for node in ast.walk(tree)
+            if isinstance(node, ast.AnnAssign | ast.Assign) and "DEFAULT_PLUGINS" in
+            [getattr(t, "id", None) for t in getattr(node, "targets", [getattr(node, "target",
+                                                                                None)])]
+            for item in ast.walk(node.value)}
+
+
+def test_the_core_names_no_plugin_outside_docstrings_and_comments():
+    # no plugin module by name in the core's code (strings, attributes), the
+    # list of built-ins aside; comments are not in the tree, docstrings are skipped
+    found = []
+    for path in sorted((REPO / "harness").glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        skip = _docstrings(tree) | _default_plugins(tree)
+        for node in ast.walk(tree):
+            text = None
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            elif isinstance(node, ast.Attribute):
+                text = ast.unparse(node)
+            if text is not None and id(node) not in skip and PLUGIN_NAME.search(text):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {text[:80]!r}")
+    assert not found, "\n".join(found)
+
+
+def test_the_scan_of_the_core_sees_a_plugin_name_in_code():
+    # the scan above would catch a name in a string or an attribute chain
+    code = '''"""Docstring naming plugins.tracking.sweeps is fine."""
+DEFAULT_PLUGINS = ("plugins.sets.kset",)
+# a comment naming plugins.tracking.sweeps is fine
+HOOK = "plugins.tracking.mlflow_worker:prestart"
+see = "docs/plugins.md"
+'''
+    tree = ast.parse(code)
+    skip = _docstrings(tree) | _default_plugins(tree)
+    named = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+             and isinstance(node.value, str) and id(node) not in skip
+             and PLUGIN_NAME.search(node.value)]
+    assert named == ["plugins.tracking.mlflow_worker:prestart"]
+
+
 def test_a_plugin_asking_for_the_old_game_key_is_told_where_it_went():
     context, old = harness.RunContext(config={}), "ga" + "me"  # the grep above stays clean
     with pytest.raises(KeyError, match=r"removed in minimax-bench 0\.2: .*context\.parts"):
