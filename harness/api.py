@@ -7,7 +7,6 @@ import math
 import pickle
 import signal
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -20,13 +19,15 @@ import numpy as np
 
 from harness import state, stream
 from harness.context import RunContext, attach
-from harness.engine import forms as engine_forms
-from harness.game import Components, Game, checkpoint_rounds
-from harness.params import ConfigError, Param, RunSkipped, check, validate
-from harness.problem import Problem
-from harness.protocols import refusal
+from harness.game import Components, Loop, checkpoint_rounds
+from harness.params import ConfigError, Param, RunSkipped, check
+from harness.problem import (
+    PROBLEM_PARAMS,  # noqa: F401 - the problem block's table (config)
+    Problem,
+    problem_values,
+)
 from harness.registry import CORE_KEYS, Registry, default_registry, make_plugin_manager
-from harness.solve import SolverRun, set_up
+from harness.solve import Algorithm, Setting, as_algorithm
 
 #: top-level values of the game (``budget`` is at least one round's rows)
 GAME_PARAMS: dict[str, Param] = {
@@ -44,20 +45,6 @@ RUN_SWITCHES: dict[str, Param] = {
     "engine": Param(str, default="auto", choices=("auto", "compiled", "python"),
                     doc="rounds in compiled calls (auto: when every component offers a "
                         "compiled form) or in the Python loop; same numbers either way"),
-}
-
-
-#: the problem's values (``problem`` block): ``harness.problem.Problem``
-PROBLEM_PARAMS: dict[str, Param] = {
-    "mu": Param(float, default=0.0, low=0.0, doc="l2 penalty (mu / 2) ||w||^2"),
-    "mu_times_n": Param(float, low=0.0, nullable=True,
-                        doc="mu given as mu * n (1: mu = 1/n, the DRO papers' l2_reg); "
-                            "None: mu as given"),
-    "nu": Param(float, default=0.0, low=0.0,
-                doc="shift cost (nu n / 2) ||q - 1/n||^2 of the inner maximum"),
-    "radius": Param(float, low=0.0, low_open=True, nullable=True,
-                    doc="radius B of the ball W; None: the w-player's radius"),
-    "ball": Param(bool, default=True, doc="false: no ball at all (needs mu > 0)"),
 }
 
 
@@ -154,9 +141,12 @@ def check_unit_features(name: str, dataset: Any, model_name: str, model: Any) ->
 class Prepared:
     """A validated game, ready to play; nothing has been recorded yet.
 
-    ``game`` is the game being (or last) played by ``play``, None before;
-    ``resumed_from`` the round a resumed run continued from. Plugins see the
-    run through ``context.parts``, which reads through to both.
+    ``solver`` is the run's solver as ``prepare`` and ``play`` drive it
+    (``harness.solve.Algorithm``: the game of Algorithm 1, or a
+    whole-algorithm solver in its adapter); ``game`` the loop ``play`` runs
+    (the solver's ``runner``), None before; ``resumed_from`` the round a
+    resumed run continued from. Plugins see the run through
+    ``context.parts``, which reads through to ``parts`` and ``game``.
     """
 
     parts: Components
@@ -166,7 +156,9 @@ class Prepared:
     checkpoints: np.ndarray
     context: RunContext
     registry: Registry
-    game: Game | None = None
+    #: the solver as ``prepare`` and ``play`` drive it (``harness.solve.Algorithm``)
+    solver: Algorithm
+    game: Loop | None = None
     resumed_from: int | None = None
     #: where ``play`` saves the game's state at each checkpoint (None: nowhere)
     state_file: Path | None = None
@@ -181,7 +173,10 @@ class Prepared:
 
 
 def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
-    """Build and validate every component of ``cfg``; raise ``ConfigError`` on bad input."""
+    """Build and validate every component of ``cfg``; raise ``ConfigError`` on bad input.
+
+    The solver (``harness.solve.Algorithm``; a ``harness.protocols.Solver`` in
+    its adapter) composes itself from the config, sets up and says what to record."""
     registry = registry or default_registry()
     conf = _to_dict(cfg)
     allowed = CORE_KEYS | set(registry.blocks)
@@ -199,6 +194,10 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
         resolved[f"{key}.name"] = name
         return component
 
+    def make_group(group: str, **values: Any) -> tuple[str, Any]:
+        name, params = _group(conf, group)
+        return name, make(group, group, name, {**params, **values})
+
     ds_name, ds_params = _group(conf, "dataset")
     dataset = make("dataset", "dataset", ds_name, ds_params)
     check_dataset(ds_name, dataset)
@@ -213,42 +212,11 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     bind = getattr(constraint, "bind", None)
     bound = bind(dataset) if bind is not None else None
 
-    problem_conf = conf.get("problem") or {}
-    if not isinstance(problem_conf, Mapping):
-        raise ConfigError(f"The 'problem' config key must be a mapping. Got {problem_conf!r} "
-                          "instead.")
-    spec = validate("the problem", PROBLEM_PARAMS, dict(problem_conf))
-    if spec["mu_times_n"] is not None:
-        if spec["mu"]:
-            raise ConfigError(f"Set one of problem.mu and problem.mu_times_n, not both. Got "
-                              f"mu={spec['mu']!r} and mu_times_n={spec['mu_times_n']!r}.")
-        spec["mu"] = spec["mu_times_n"] / n
+    spec = problem_values(conf.get("problem"), n)
     s_name, s_params = _group(conf, "solver") if conf.get("solver") is not None else ("game", {})
-    solver = make("solver", "solver", s_name, s_params)
-    composed = getattr(type(solver), "composed", None) is not None
-
-    p_player = w_player = None
-    p_name = w_name = None
-    if composed:
-        if spec["mu"] or spec["nu"] or not spec["ball"]:
-            raise ConfigError(
-                f"The solver '{s_name}' plays the game of Algorithm 1, which solves the paper's "
-                "problem only (problem.mu=0, problem.nu=0, problem.ball=true). Got "
-                f"mu={spec['mu']!r}, nu={spec['nu']!r}, ball={spec['ball']!r}: choose a solver "
-                f"that solves the regularised problem ({_others(registry, s_name)}).")
-        p_name, p_params = _group(conf, "p_player")
-        p_player = make("p_player", "p_player", p_name, p_params)
-        why = refusal(type(p_player), constraint, c_name)
-        if why is not None:
-            raise ConfigError(f"The p_player '{p_name}' cannot play on constraint '{c_name}': "
-                              f"it {why}.")
-        w_name, w_params = _group(conf, "w_player")
-        if spec["radius"] is not None:  # the problem's ball is the w-player's
-            w_params = {**w_params, "radius": spec["radius"]}
-        w_player = make("w_player", "w_player", w_name, w_params)
-        radius = float(w_player.radius)
-    else:
-        radius = _solver_radius(conf, spec, s_name)
+    solver = as_algorithm(make("solver", "solver", s_name, s_params))
+    radius = solver.compose(Setting(s_name, conf, spec, constraint, c_name, registry,
+                                    make_group))
 
     m_name, m_params = _group(conf, "model")
     if m_name == "auto":
@@ -259,11 +227,10 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
         raise ConfigError(f"The model '{m_name}' is for {task}; the data set '{ds_name}' is "
                           f"{dataset.task}. Choose a {dataset.task} model or model=auto.")
     check_unit_features(ds_name, dataset, m_name, model)
-    names = {"dataset": ds_name, "constraint": c_name, "model": m_name, "solver": s_name}
-    if composed:
-        names.update({"p_player": p_name, "w_player": w_name})
+    names = {"dataset": ds_name, "constraint": c_name, "model": m_name, "solver": s_name,
+             **solver.names()}
 
-    per_round = int(p_player.rows_per_round(constraint)) if composed else 1
+    per_round = solver.rows_per_round(constraint)
     budget = check("the game", "budget",
                    dataclasses.replace(GAME_PARAMS["budget"], low=per_round),
                    conf.get("budget", GAME_PARAMS["budget"].default))
@@ -280,79 +247,26 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
                           "(problem.ball=false): set model.loss_scale (1: the raw loss; 2 with "
                           "linear_mse: the squared error over 2, as the DRO papers).")
     problem = Problem(dataset.X, dataset.y, model, constraint, spec["mu"], spec["nu"], radius)
-    if composed:
-        # the players' setup loads (or compiles) their kernels: time before the clock
-        began = time.perf_counter()
-        derived.update({f"p_player.{k}": v
-                        for k, v in p_player.setup(constraint, horizon).items()})
-        suggest = getattr(p_player, "suggest_w_lr", None)
-        lr_hint = suggest(w_player.radius, model.grad_bound, horizon) if suggest else None
-        derived.update({f"w_player.{k}": v for k, v in w_player.setup(
-            model.n_params, horizon, model.grad_bound, lr_hint=lr_hint).items()})
-        compile_s, setup_s = time.perf_counter() - began, 0.0
-    else:
-        values, compile_s, setup_s = set_up(solver, problem, budget, seed)
-        derived.update({f"solver.{k}": v for k, v in values.items()})
-        if int(solver.data_points) > budget:
-            raise ConfigError(f"The solver '{s_name}' spends {int(solver.data_points):,} data "
-                              f"points before its first step (a pass over the n = {n:,} rows); "
-                              f"budget={budget:,} is below that. Give a budget of at least "
-                              f"{int(solver.data_points):,}.")
+    values, compile_s, setup_s = solver.set_up(problem, budget, horizon, seed)
+    derived.update(values)
     derived.update({f"problem.{k}": v for k, v in problem.describe().items()})
 
     # resolved config values, then every theory-derived value in place of its None
     params: dict[str, Any] = {"budget": budget, "seed": seed, "checkpoints": n_cp}
     params.update(resolved)
     params.update({"n": n, "d": int(dataset.X.shape[1])})
-    if composed:  # (a solver's budget is in data points; it has no rounds)
-        params.update({"horizon_T": horizon, "rows_per_round": per_round})
+    params.update(solver.describe(horizon, per_round))
     params.update(derived)
-    tags = {"algorithm": p_name if composed else s_name, "solver": s_name,
-            "dataset": ds_name, "constraint": c_name, "model": m_name, "seed": str(seed),
-            "minimax_bench_version": package_version()}
-    if composed:
-        tags["w_player"] = w_name
+    tags = {"algorithm": solver.label, "solver": s_name, "dataset": ds_name,
+            "constraint": c_name, "model": m_name, "seed": str(seed),
+            "minimax_bench_version": package_version(), **solver.tags()}
     context = RunContext(config=conf, params=params, tags=tags)
-    parts = Components(dataset, model, constraint, p_player, w_player, names, problem,
-                       None if composed else solver)
-    if conf.get("engine") == "compiled" and composed:  # refused before any run starts
-        found = engine_forms(parts)
-        if isinstance(found, str):
-            raise ConfigError(f"engine=compiled: {found}; use engine=auto (or python) to play "
-                              "it on the Python loop.")
+    parts = solver.components(dataset, model, constraint, names, problem)
+    solver.admit(parts, conf.get("engine", RUN_SWITCHES["engine"].default))
     prepared = Prepared(parts, horizon, budget, seed,
-                        checkpoint_rounds(horizon, n_cp, per_round), context, registry)
+                        checkpoint_rounds(horizon, n_cp, per_round), context, registry, solver)
     prepared.compile_time, prepared.setup_time = compile_s, setup_s
     return prepared
-
-
-def _others(registry: Registry, name: str) -> str:
-    others = [s for s in registry.names("solver")
-              if getattr(registry.get("solver", s).cls, "composed", None) is None]
-    return ", ".join(f"solver={s}" for s in others) or "none is installed"
-
-
-def _solver_radius(conf: Mapping[str, Any], spec: Mapping[str, Any], name: str) -> float:
-    """The ball's radius B of a whole-algorithm solver's problem: ``problem.radius``,
-    else the w-player's (``w_player.radius`` of the config, so the game and the
-    solvers of one sweep solve the same problem), or infinite (``ball=false``)."""
-    if not spec["ball"]:
-        if spec["radius"] is not None:
-            raise ConfigError(f"problem.ball=false (no ball) and problem.radius="
-                              f"{spec['radius']!r} contradict each other: set one of them.")
-        if spec["mu"] <= 0.0:
-            raise ConfigError(f"problem.ball=false (no ball) needs problem.mu > 0 (F is then "
-                              f"strongly convex and has a minimiser); got mu={spec['mu']!r} "
-                              f"for solver '{name}'.")
-        return math.inf
-    if spec["radius"] is not None:
-        return float(spec["radius"])
-    w_conf = conf.get("w_player")
-    radius = w_conf.get("radius") if isinstance(w_conf, Mapping) else None
-    if radius is None:
-        raise ConfigError(f"The solver '{name}' needs the ball's radius: set problem.radius "
-                          "(or w_player.radius), or problem.ball=false with problem.mu > 0.")
-    return float(check("the problem", "radius", PROBLEM_PARAMS["radius"], radius))
 
 
 def _merge(results: Iterable[Mapping[str, float] | None]) -> dict[str, float]:
@@ -387,8 +301,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
                 warnings.warn(f"The game state cannot be saved ({err}); this run cannot be "
                               "resumed if it is interrupted.", RuntimeWarning, stacklevel=2)
 
-    runner = Game if prepared.parts.solver is None else SolverRun
-    game = runner(
+    game = prepared.solver.runner(
         prepared.parts,
         prepared.horizon,
         saved["rng"] if saved else np.random.default_rng(prepared.seed),
@@ -428,7 +341,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
 
 
 @contextmanager
-def _stop_on_signals(game: Game) -> Iterator[None]:
+def _stop_on_signals(game: Loop) -> Iterator[None]:
     """Ctrl-C and SIGTERM (a scheduler's or ``kill``'s stop) end the game between
     two rounds, as KILLED with its checkpoints kept: an exception raised inside
     a compiled kernel would surface as a SystemError instead. Before the game

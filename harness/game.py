@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -56,18 +56,6 @@ class Components:
     #: solver, the solver (None: the game of the p- and w-player)
     problem: Any = None
     solver: Any = None
-
-
-class GameSolver:
-    """The game of Algorithm 1 (paper, Section 3): a p-player and a w-player
-    from the ``p_player`` and ``w_player`` config groups, played by ``Game``.
-    It solves the paper's problem (``problem.mu = problem.nu = 0``, a finite
-    ball: the w-player's radius)."""
-
-    name: ClassVar[str] = "game"
-    params: ClassVar[dict[str, Any]] = {}
-    #: the config groups it is composed from (``harness.prepare`` builds them)
-    composed: ClassVar[tuple[str, ...]] = ("p_player", "w_player")
 
 
 @dataclass

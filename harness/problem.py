@@ -18,6 +18,7 @@ is the superquantile at level 0.5 of Mehta et al. (ICLR 2024).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,36 @@ import numpy as np
 
 from harness import stream
 from harness.gap import project_ball
+from harness.params import ConfigError, Param, validate
+
+#: the problem's values (the config's ``problem`` block)
+PROBLEM_PARAMS: dict[str, Param] = {
+    "mu": Param(float, default=0.0, low=0.0, doc="l2 penalty (mu / 2) ||w||^2"),
+    "mu_times_n": Param(float, low=0.0, nullable=True,
+                        doc="mu given as mu * n (1: mu = 1/n, the DRO papers' l2_reg); "
+                            "None: mu as given"),
+    "nu": Param(float, default=0.0, low=0.0,
+                doc="shift cost (nu n / 2) ||q - 1/n||^2 of the inner maximum"),
+    "radius": Param(float, low=0.0, low_open=True, nullable=True,
+                    doc="radius B of the ball W; None: the w-player's radius"),
+    "ball": Param(bool, default=True, doc="false: no ball at all (needs mu > 0)"),
+}
+
+
+def problem_values(block: Any, n: int) -> dict[str, Any]:
+    """The validated ``problem`` block of a config for ``n`` rows, ``mu`` resolved
+    from ``mu_times_n`` when that is given."""
+    block = block or {}
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"The 'problem' config key must be a mapping. Got {block!r} "
+                          "instead.")
+    values = validate("the problem", PROBLEM_PARAMS, dict(block))
+    if values["mu_times_n"] is not None:
+        if values["mu"]:
+            raise ConfigError(f"Set one of problem.mu and problem.mu_times_n, not both. Got "
+                              f"mu={values['mu']!r} and mu_times_n={values['mu_times_n']!r}.")
+        values["mu"] = values["mu_times_n"] / n
+    return values
 
 
 @dataclass

@@ -1,5 +1,7 @@
-"""The run of a whole-algorithm solver (``harness.protocols.Solver``): the same
-checkpoints, metrics, hooks, guards and resume as the game of Algorithm 1.
+"""How ``harness.prepare`` and ``harness.play`` drive a solver, whatever its
+kind (``Algorithm``), and the run of a whole-algorithm solver
+(``harness.protocols.Solver``): the same checkpoints, metrics, hooks, guards
+and resume as the game of Algorithm 1.
 
 The harness owns the loop: it hands the solver growing data-point targets
 (``Solver.advance``), each call lasting about ``CALL_SECONDS`` (the first
@@ -16,7 +18,10 @@ from __future__ import annotations
 import copy
 import math
 import time
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,13 +29,98 @@ from harness.dual import certified_gap
 from harness.game import (
     CALL_SECONDS,
     NUMERIC_ERRORS,
+    Components,
     GuardError,
     Loop,
     first_bad,
     probe_failed,
     wrapped,
 )
-from harness.params import ConfigError
+from harness.params import ConfigError, check
+from harness.problem import PROBLEM_PARAMS
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a solver reads of the config while ``harness.prepare`` composes it."""
+
+    #: the solver's config name (``solver=<name>``)
+    name: str
+    #: the whole config, as plain containers
+    config: Mapping[str, Any]
+    #: the validated ``problem`` block (``harness.problem.problem_values``)
+    problem: Mapping[str, Any]
+    #: the built constraint set and its config name
+    constraint: Any
+    constraint_name: str
+    registry: Any
+    #: ``make(group, **values)`` -> ``(name, component)``: the component the config
+    #: group ``group`` names, ``values`` set over the config's, recorded as
+    #: ``<group>.<key>`` parameters
+    make: Callable[..., tuple[str, Any]]
+
+
+class Algorithm(ABC):
+    """A solver as ``harness.prepare`` and ``harness.play`` drive it: one path
+    through both for every kind, the differences in the subclasses.
+    ``WholeSolver`` adapts a ``harness.protocols.Solver``; the game of
+    Algorithm 1 (``plugins.solvers.game``) is one itself.
+
+    In ``prepare``'s order: ``compose`` builds what it is made of from the
+    config and returns the radius of the problem's ball; ``rows_per_round``
+    is its budget's granularity (the horizon is ``budget // rows_per_round``
+    rounds, on which the checkpoints fall); ``set_up`` readies it for the
+    problem, the seconds before the clock apart from its own; ``describe``
+    and ``tags`` add to what the run records; ``components`` gathers the
+    run's parts; ``admit`` refuses a run that cannot start; ``runner`` is
+    the loop ``play`` runs on those parts (a resumed run's saved ones)."""
+
+    #: the loop ``harness.play`` runs (``harness.game.Game``, ``SolverRun``)
+    runner: ClassVar[type[Loop]]
+    #: the run's ``algorithm`` tag (set by ``compose``)
+    label: str = ""
+
+    @abstractmethod
+    def compose(self, setting: Setting) -> float:
+        """Build what the algorithm is made of from ``setting``, refusing (a
+        ``ConfigError`` naming why) a problem it cannot solve; the radius of
+        the problem's ball (``math.inf``: no ball)."""
+
+    @abstractmethod
+    def rows_per_round(self, constraint: Any) -> int:
+        """Data points one round processes: the budget's granularity."""
+
+    @abstractmethod
+    def set_up(self, problem: Any, budget: int, horizon: int,
+               seed: int) -> tuple[dict[str, Any], float, float]:
+        """Ready the algorithm for ``problem``: ``(values, compile_s, setup_s)``,
+        the values to record (keys prefixed by their group), the seconds its
+        kernels took to compile or load before the clock, and the seconds of
+        its own setup (on the clock)."""
+
+    @abstractmethod
+    def components(self, dataset: Any, model: Any, constraint: Any,
+                   names: Mapping[str, str], problem: Any) -> Components:
+        """The run's components (``harness.game.Components``)."""
+
+    def names(self) -> dict[str, str]:
+        """Config names of its own components, beside the data set's, the
+        constraint's, the model's and the solver's."""
+        return {}
+
+    def describe(self, horizon: int, rows_per_round: int) -> dict[str, Any]:
+        """Values of its schedule to record beside ``n`` and ``d`` (a solver's
+        budget is in data points: it has no rounds to record)."""
+        return {}
+
+    def tags(self) -> dict[str, str]:
+        """Tags to record beside the run's own."""
+        return {}
+
+    def admit(self, parts: Components, engine: str) -> None:
+        """Refuse (``ConfigError``) a run that cannot start with ``engine``
+        (``auto``, ``compiled`` or ``python``); any engine suits by default."""
+        return
 
 
 class SolverRun(Loop):
@@ -149,6 +239,69 @@ class SolverRun(Loop):
             raise GuardError(f"non-finite metric(s) {bad} at {state.data_points:,} data points, "
                              f"not logged (solver '{name}', model '{parts.names.get('model')}').")
         return self._timed(metrics, start)
+
+
+class WholeSolver(Algorithm):
+    """A whole-algorithm solver (``harness.protocols.Solver``) as ``prepare``
+    drives it: its budget in data points (one per round), its setup timed
+    after a probe on copies (``set_up``), its run a ``SolverRun``."""
+
+    runner = SolverRun
+
+    def __init__(self, solver: Any) -> None:
+        self.solver = solver
+
+    def compose(self, setting: Setting) -> float:
+        self.label = setting.name
+        return solver_radius(setting)
+
+    def rows_per_round(self, constraint: Any) -> int:
+        return 1
+
+    def set_up(self, problem: Any, budget: int, horizon: int,
+               seed: int) -> tuple[dict[str, Any], float, float]:
+        values, compile_s, setup_s = set_up(self.solver, problem, budget, seed)
+        spent = int(self.solver.data_points)
+        if spent > budget:
+            raise ConfigError(f"The solver '{self.label}' spends {spent:,} data points before "
+                              f"its first step (a pass over the n = {problem.n:,} rows); "
+                              f"budget={budget:,} is below that. Give a budget of at least "
+                              f"{spent:,}.")
+        return {f"solver.{k}": v for k, v in values.items()}, compile_s, setup_s
+
+    def components(self, dataset: Any, model: Any, constraint: Any,
+                   names: Mapping[str, str], problem: Any) -> Components:
+        return Components(dataset, model, constraint, None, None, names, problem, self.solver)
+
+
+def as_algorithm(solver: Any) -> Algorithm:
+    """The built ``solver`` component as ``prepare`` drives it: itself if it is
+    an ``Algorithm`` (the game), else a ``WholeSolver`` around it."""
+    return solver if isinstance(solver, Algorithm) else WholeSolver(solver)
+
+
+def solver_radius(setting: Setting) -> float:
+    """The ball's radius B of a whole-algorithm solver's problem: ``problem.radius``,
+    else the w-player's (``w_player.radius`` of the config, so the game and the
+    solvers of one sweep solve the same problem), or infinite (``ball=false``)."""
+    spec, name = setting.problem, setting.name
+    if not spec["ball"]:
+        if spec["radius"] is not None:
+            raise ConfigError(f"problem.ball=false (no ball) and problem.radius="
+                              f"{spec['radius']!r} contradict each other: set one of them.")
+        if spec["mu"] <= 0.0:
+            raise ConfigError(f"problem.ball=false (no ball) needs problem.mu > 0 (F is then "
+                              f"strongly convex and has a minimiser); got mu={spec['mu']!r} "
+                              f"for solver '{name}'.")
+        return math.inf
+    if spec["radius"] is not None:
+        return float(spec["radius"])
+    w_conf = setting.config.get("w_player")
+    radius = w_conf.get("radius") if isinstance(w_conf, Mapping) else None
+    if radius is None:
+        raise ConfigError(f"The solver '{name}' needs the ball's radius: set problem.radius "
+                          "(or w_player.radius), or problem.ball=false with problem.mu > 0.")
+    return float(check("the problem", "radius", PROBLEM_PARAMS["radius"], radius))
 
 
 def set_up(solver: Any, problem: Any, budget: int, seed: int) -> tuple[dict[str, Any], float,
