@@ -9,7 +9,7 @@ kept in an ``OrderTree`` (``plugins.solvers.order_tree``), so ``theta``
 follows a changed loss by Newton's method from the last one (two O(log n)
 evaluations of ``f`` in the common case). With ``nu = 0`` it is the linear
 maximisation oracle. The derivation and the costs: ``docs/algorithms.md``,
-Solvers (Mehta et al., ICLR 2024, Section 3, for the projection's form).
+Solvers (the best response of Prospect's problem, Mehta et al., ICLR 2024).
 """
 
 from __future__ import annotations
