@@ -21,11 +21,7 @@ from harness import state, stream
 from harness.context import RunContext, attach
 from harness.game import Components, Loop, checkpoint_rounds
 from harness.params import ConfigError, Param, RunSkipped, check
-from harness.problem import (
-    PROBLEM_PARAMS,  # noqa: F401 - the problem block's table (config)
-    Problem,
-    problem_values,
-)
+from harness.problem import Problem, problem_values
 from harness.registry import CORE_KEYS, Registry, default_registry, make_plugin_manager
 from harness.solve import Algorithm, Setting, as_algorithm
 

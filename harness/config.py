@@ -87,7 +87,7 @@ def register_options(registry: Registry | None = None) -> list[tuple[str, str]]:
             node = option_node(kind, registry.get(kind, name).cls)
             store.store(group=group, name=name, node=node, provider="minimax-bench")
             stored.append((group, name))
-    from harness.api import PROBLEM_PARAMS
+    from harness.problem import PROBLEM_PARAMS
 
     tables = {name: block.params for name, (block, _) in registry.blocks.items()}
     tables["problem"] = PROBLEM_PARAMS  # the game's own block, beside the plugins'
