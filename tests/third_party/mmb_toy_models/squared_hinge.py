@@ -176,12 +176,12 @@ def ovr_squared_hinge_grad(ms, w, X, y, rows, weights):  # pragma: no cover - co
     return g
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def ovr_squared_hinge_row_loss(ms, X, y, i, w, z):  # pragma: no cover - compiled
     return _row_terms(ms, X, y, i, w, z) / ms.scale
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def ovr_squared_hinge_row_grad(ms, X, y, i, w, z, g):  # pragma: no cover - compiled
     d = X.shape[1]
     for c in range(ms.classes):
@@ -191,6 +191,6 @@ def ovr_squared_hinge_row_grad(ms, X, y, i, w, z, g):  # pragma: no cover - comp
         g[c * (d + 1) + d] = a
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def ovr_squared_hinge_row_scratch(ms):  # pragma: no cover - compiled
     return ms.classes
