@@ -325,20 +325,22 @@ def refresh_numba_caches(modules: list[str]) -> list[str]:
     later process. So a stamp file beside the module's numba cache files
     (``<module>`` + ``STAMP_SUFFIX``, in numba's own cache folder:
     ``__pycache__`` or ``$NUMBA_CACHE_DIR``) holds the hash of the sources
-    the module imports; where it differs (or is missing while numba holds
-    cached kernels of the module), each module-level dispatcher is
-    recompiled (numba's ``Dispatcher.recompile``: its cache index is emptied
-    and what this process already compiled is compiled afresh) and the stamp
-    is rewritten. Dependencies come first, so a kernel recompiles against its
-    helpers' new code. Kernels made by a factory (not module-level) are not
-    seen."""
+    the module imports; where it differs (or is missing), each module-level
+    dispatcher that this process loaded from numba's cache is recompiled
+    (numba's ``Dispatcher.recompile``: its cache index is emptied and its
+    overloads compiled afresh), one not used yet has its cache index emptied
+    (its next use compiles), one compiled here from the sources is current
+    already, and the stamp is rewritten. Dependencies come first, and a
+    module that imports one recompiled here is recompiled too, so a kernel
+    recompiles against its helpers' new code. Kernels made by a factory (not
+    module-level) are not seen."""
     from numba.core.dispatcher import Dispatcher
 
     graph = _import_graph(modules)
     done: list[str] = []
     for name in graph:
-        deps = [_source_file(dep) for dep in _closure(graph, name)]
-        deps = [path for path in deps if path is not None]
+        closure = _closure(graph, name)
+        deps = [path for path in map(_source_file, closure) if path is not None]
         if not deps:  # numba itself sees a change of the module's own file
             continue
         module = importlib.import_module(name)
@@ -349,12 +351,20 @@ def refresh_numba_caches(modules: list[str]) -> list[str]:
             continue
         digest = _digest(deps)
         stamp = Path(kernels[0]._cache.cache_path) / f"{name.rpartition('.')[2]}{STAMP_SUFFIX}"
+        recompiled = closure.intersection(done)  # in this process: what inlined them is stale
         with contextlib.suppress(OSError):
-            if stamp.read_text() == digest:
+            if stamp.read_text() == digest and not recompiled:
                 continue
-        if any(kernel.overloads or _has_index(kernel) for kernel in kernels):
-            for kernel in kernels:
-                kernel.recompile()
+        again = False
+        for kernel in kernels:
+            # compiled in this process from the sources (no cache hit): current,
+            # unless a module it inlined was recompiled just now
+            if kernel.overloads and (recompiled or sum(kernel.stats.cache_hits.values())):
+                kernel.recompile()  # (empties its cache index too)
+                again = True
+            elif not kernel.overloads and _has_index(kernel):
+                kernel._cache.flush()  # the next use compiles afresh
+        if again:
             done.append(name)
         with contextlib.suppress(OSError):
             tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")

@@ -180,6 +180,20 @@ def test_the_digest_covers_a_kernel_modules_own_imports_and_only_those(tmp_path,
     assert engine.source_digest("driver", [name]) == before
     (tmp_path / package / "shared.py").write_text(textwrap.dedent(SHARED.format(scale=0.25)))
     assert engine.source_digest("driver", [name]) != before
+    # kernels compiled in this process from their sources are current: a first
+    # refresh only writes the stamp beside numba's cache, nothing recompiles
+    import importlib
+
+    import numpy as np
+
+    module = importlib.import_module(name)
+    player = module.Scaled()
+    player.setup(2, 2, 1.0)
+    player.step(np.ones(2))
+    assert sum(module.scaled_step.stats.cache_misses.values()) == 1
+    assert engine.refresh_numba_caches([name]) == []
+    assert (tmp_path / package / "__pycache__" / f"kernels{engine.STAMP_SUFFIX}").is_file()
+    assert engine.refresh_numba_caches([name]) == []
     # the built-ins: a kernel module's digest covers the plugins.lib modules it imports
     found = engine.kernel_modules(["plugins.models.glm"])
     assert "plugins.lib.vecmath" in found and found[-1] == "plugins.models.glm"
