@@ -19,7 +19,7 @@ import pytest
 from scipy import stats
 
 import harness
-from plugins.lib.capped import systematic, systematic_rows
+from plugins.lib.capped import systematic, systematic_core
 from plugins.p_players.exp_ix import Exp3IX
 from plugins.p_players.exp_ix_m import ExpIXM
 from plugins.p_players.kset_tree import CappedWeightTree
@@ -222,11 +222,40 @@ def test_marginal_check_rejects_successive_sampling(n, k, seed):
         assert marginal_pvalue(draws, p, k) >= P_THRESHOLD
 
 
+def systematic_rows(kp: np.ndarray, k: int, u: float) -> np.ndarray:
+    """Systematic sampling in numpy: the rows whose cumulative ``kp`` crosses
+    one of ``u, u + 1, ..., u + k - 1`` (the first with ``cum > u + j``)."""
+    cum = np.cumsum(kp)
+    return np.minimum(np.searchsorted(cum, u + np.arange(k), side="right"), kp.size - 1)
+
+
 def test_systematic_rows_are_the_crossings_of_the_cumulative_sum():
     kp = np.array([0.5, 1.0, 0.25, 0.75, 0.5])  # sums to k = 3
-    assert systematic_rows(kp, 3, 0.0).tolist() == [0, 1, 3]
-    assert systematic_rows(kp, 3, 0.6).tolist() == [1, 2, 4]
-    assert systematic_rows(kp, 3, 0.99).tolist() == [1, 3, 4]
+    for u, rows in ((0.0, [0, 1, 3]), (0.6, [1, 2, 4]), (0.99, [1, 3, 4])):
+        assert systematic_rows(kp, 3, u).tolist() == rows
+        assert systematic_core(kp / 3, 3, u).tolist() == rows
+
+
+@pytest.mark.parametrize(("n", "k"), [(7, 3), (569, 20), (2000, 1)])
+def test_systematic_and_the_simplex_draw_match_numpy_references(n, k):
+    # seed 12, 300 points of the k-set (random weights projected, some rows
+    # capped): systematic(p, k, rng) gives the rows of the numpy reference at
+    # the same uniform, exactly; on the simplex (k = 1) the set's sample is the
+    # inverse CDF np.searchsorted(np.cumsum(p), u * total, side="right")
+    K = harness.build("constraint_set", "kset", n=n, k=k, sampler="systematic")
+    S = harness.build("constraint_set", "simplex", n=n)
+    rng = np.random.default_rng(12)
+    for _ in range(300):
+        p = K.project(rng.random(n) ** 8 + 1e-3, 0.1)
+        seed = int(rng.integers(1 << 30))
+        u, twin = np.random.default_rng(seed), np.random.default_rng(seed)
+        np.testing.assert_array_equal(systematic(p, k, u),
+                                      systematic_rows(p * k, k, twin.random()))
+        q = p / p.sum()
+        at = twin.random()
+        cdf = np.cumsum(q)
+        want = min(int(np.searchsorted(cdf, at * cdf[-1], side="right")), n - 1)
+        assert S.sample(q, u).rows.tolist() == [want]
 
 
 def test_systematic_refuses_p_outside_the_kset():

@@ -12,8 +12,11 @@ functions; nothing here is registered.
   core ``euclidean_projection_row_caps``;
 * samplers of an extreme point with mean ``p``: DepRound (Algorithm 5,
   ``depround`` and its compiled core ``depround_core``), systematic sampling
-  (``systematic``, ``systematic_rows``), and the alpha-set's multiset sampler
-  (``multiset_round``, compiled core ``multiset_round_core``).
+  (``systematic``, ``systematic_core``), the simplex's categorical draw
+  (``categorical_row``), and the alpha-set's multiset sampler
+  (``multiset_round``, compiled core ``multiset_round_core``). The sets'
+  Python methods and the compiled draw (``capped_set_sample``) run the same
+  cores.
 """
 
 from __future__ import annotations
@@ -456,23 +459,12 @@ def depround(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return rows
 
 
-def systematic_rows(kp: np.ndarray, k: int, u: float) -> np.ndarray:
-    """Systematic (Madow 1949) sampling: the rows whose cumulative ``kp``
-    crosses one of ``u, u + 1, ..., u + k - 1`` for one offset ``u`` in [0, 1).
-
-    With ``kp = k p`` summing to k and every ``kp_i <= 1``, each row's interval
-    ``[cum_{i-1}, cum_i)`` has length at most 1 and so holds at most one of the
-    k points: exactly k distinct rows, and ``P[i in S] = kp_i`` when ``u`` is
-    uniform. Rows come in index order. O(n) (one cumulative sum).
-    """
-    cum = np.cumsum(kp)
-    rows = np.searchsorted(cum, u + np.arange(k), side="right")
-    return np.minimum(rows, kp.size - 1)
-
-
 def systematic(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """k distinct rows with ``P[i in S] = k p_i`` for ``p`` in ``S_{n,k}`` by
-    systematic sampling (``systematic_rows``): one uniform draw from ``rng``.
+    systematic sampling (Madow 1949; ``systematic_core``): one uniform offset
+    ``u`` from ``rng``, the rows whose cumulative ``k p`` crosses one of ``u, u
+    + 1, ..., u + k - 1``. Each row's interval has length ``k p_i <= 1``, so
+    it holds at most one of the k points: k distinct rows, in index order.
 
     Same marginals as DepRound; the joint law differs (two rows whose
     intervals lie within one unit of the cumulative sum, such as neighbours
@@ -481,15 +473,56 @@ def systematic(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     interval longer than 1 by an ulp, probability about 1e-16 per draw)
     redraws the offset.
     """
-    kp = np.asarray(p, dtype=np.float64) * k
+    x = np.ascontiguousarray(p, dtype=np.float64)
     for _ in range(4):
-        rows = systematic_rows(kp, k, rng.random())
-        if np.all(np.diff(rows) > 0):
+        rows = systematic_core(x, k, rng.random())
+        if rows[0] >= 0:
             return rows
     raise ValueError(
         f"Systematic sampling did not give k={k} distinct rows: p must lie in S_n,k "
         f"(sum p = {float(np.sum(p))!r}, max p = {float(np.max(p))!r})."
     )
+
+
+@njit(cache=True, error_model="numpy")
+def systematic_core(p, k, u):  # pragma: no cover - compiled
+    """Compiled core of ``systematic`` at the offset ``u``: the k rows whose
+    cumulative ``k p`` (summed in index order) first exceeds ``u + j``, ``j <
+    k`` (``n - 1`` past the end); ``-1`` first if two coincide. O(n)."""
+    n = p.size
+    out = np.empty(k, dtype=np.int64)
+    cum = 0.0
+    j = 0
+    for i in range(n):
+        cum += p[i] * k
+        while j < k and cum > u + j:
+            out[j] = i
+            j += 1
+    while j < k:
+        out[j] = n - 1
+        j += 1
+    for j in range(1, k):
+        if out[j] <= out[j - 1]:
+            out[0] = -1
+    return out
+
+
+@njit(cache=True, error_model="numpy")
+def categorical_row(p, u):  # pragma: no cover - compiled
+    """The simplex's draw: the first row whose running sum of ``p`` (in index
+    order) exceeds ``u`` times the total, ``n - 1`` if none does (the inverse
+    CDF: systematic sampling with k = 1)."""
+    n = p.size
+    total = 0.0
+    for i in range(n):
+        total += p[i]
+    target = u * total
+    cum = 0.0
+    for i in range(n):
+        cum += p[i]
+        if cum > target:
+            return i
+    return n - 1
 
 
 def multiset_round(kp: np.ndarray, caps: np.ndarray, k: int,
@@ -681,27 +714,6 @@ def capped_set_project(ks, log_w, gamma):  # pragma: no cover - compiled
 
 
 @njit(cache=True, error_model="numpy")
-def _systematic_core(p, k, u):  # pragma: no cover - compiled
-    """``systematic_rows(k p, k, u)``: k rows, -1 first if two coincide."""
-    n = p.size
-    out = np.empty(k, dtype=np.int64)
-    cum = 0.0
-    j = 0
-    for i in range(n):
-        cum += p[i] * k
-        while j < k and cum > u + j:
-            out[j] = i
-            j += 1
-    while j < k:
-        out[j] = n - 1
-        j += 1
-    for j in range(1, k):
-        if out[j] <= out[j - 1]:
-            out[0] = -1
-    return out
-
-
-@njit(cache=True, error_model="numpy")
 def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
     """``K.sample(p, rng)`` of the k-set, the simplex and the alpha-set: the
     same law and the same uniforms from ``rng``, in the same order, as the
@@ -718,7 +730,7 @@ def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
         return rows, np.ones(k, dtype=np.int64)
     if code == SYSTEMATIC:  # systematic: one offset, redrawn (at most 4 times) on a repeated row
         for _ in range(4):
-            rows = _systematic_core(p, k, rng.random())
+            rows = systematic_core(p, k, rng.random())
             if rows[0] >= 0:
                 return rows, np.ones(k, dtype=np.int64)
         raise ValueError("Systematic sampling did not give k distinct rows: p must lie in S_n,k")
@@ -732,19 +744,8 @@ def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
                              "the alpha-set")
         return rows, mult
     # categorical (the simplex): inverse CDF at u * total
-    total = 0.0
-    for i in range(n):
-        total += p[i]
-    target = rng.random() * total
-    cum = 0.0
-    row = n - 1
-    for i in range(n):
-        cum += p[i]
-        if cum > target:
-            row = i
-            break
     out = np.empty(1, dtype=np.int64)
-    out[0] = row
+    out[0] = categorical_row(p, rng.random())
     return out, np.ones(1, dtype=np.int64)
 
 

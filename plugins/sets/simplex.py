@@ -8,6 +8,7 @@ import numpy as np
 
 import harness
 from harness import Draw, Param
+from plugins.lib.capped import categorical_row
 from plugins.sets.kset import KSet
 
 
@@ -29,9 +30,9 @@ class Simplex(KSet):
     compiled_sampler: ClassVar[str] = "categorical"
 
     def sample(self, p: np.ndarray, rng: np.random.Generator) -> Draw:
-        cdf = np.cumsum(p)
-        i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-        return Draw(np.array([min(i, self.n - 1)], dtype=np.int64), self.ones_)
+        """One row, the inverse CDF at a uniform (``categorical_row``)."""
+        row = categorical_row(np.ascontiguousarray(p, dtype=np.float64), rng.random())
+        return Draw(np.array([row], dtype=np.int64), self.ones_)
 
 
 @harness.hookimpl
