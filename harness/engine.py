@@ -336,14 +336,16 @@ def refresh_numba_caches(modules: list[str]) -> list[str]:
     module-level) are not seen."""
     from numba.core.dispatcher import Dispatcher
 
+    for name in modules:  # (the driver imports them next)
+        importlib.import_module(name)
     graph = _import_graph(modules)
     done: list[str] = []
     for name in graph:
         closure = _closure(graph, name)
         deps = [path for path in map(_source_file, closure) if path is not None]
-        if not deps:  # numba itself sees a change of the module's own file
+        module = sys.modules.get(name)  # not loaded: imported for typing only, say
+        if not deps or module is None:  # numba itself sees a change of the module's own file
             continue
-        module = importlib.import_module(name)
         kernels = [value for value in vars(module).values()
                    if isinstance(value, Dispatcher) and value.py_func.__module__ == name
                    and hasattr(value._cache, "cache_path")]  # cache=True only
