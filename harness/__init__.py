@@ -30,7 +30,7 @@ _EXPORTS = {
     "RunSkipped": "params", "SetupError": "params",
     "Draw": "protocols", "EuclideanProjection": "protocols", "Proposal": "protocols",
     "PluginError": "registry", "Registry": "registry", "make_plugin_manager": "registry",
-    "cache_root": "state",
+    "RunRecord": "runs", "cache_root": "state",
 }
 
 

@@ -24,8 +24,8 @@ the ones before it at their selected values and the ones after it at 1.
 Runs are tagged ``tuning`` = ``tune``, ``theory``, ``tuned`` or ``both``
 (``tracking.tuning``); the sweep writes ``tuning.json`` (the grid, rule,
 scores, selections and evaluation metrics) into its folder; with tracking on,
-the MLflow plugin's sweep callback attaches it to the sweep's parent run
-(tags ``minimax_bench_tuning``, ``tuning_rule``, ``tuning_grid``), where
+the tracker's ``on_sweep_end`` hook (MLflow's: the sweep's parent run, tags
+``minimax_bench_tuning``, ``tuning_rule``, ``tuning_grid``) keeps it, where
 ``minimax-bench-report`` reads it for its theory-vs-tuned table. With ``resume=true`` a relaunched
 tuning sweep reuses every FINISHED run and plays only the others.
 
