@@ -2,8 +2,8 @@
 
 A plugin is any module or object with functions decorated by
 ``harness.hookimpl`` whose names match the specs below. Built-in plugins
-(``harness.registry.DEFAULT_PLUGINS``) and third-party packages (entry-point
-group ``minimax_bench``) are registered through exactly these hooks.
+(entry-point group ``minimax_bench.builtins``) and third-party packages
+(entry-point group ``minimax_bench``) are registered through exactly these hooks.
 
 Registration hooks receive a ``register`` callable; call it once per
 component class. A component class has a class attribute ``name`` (the name
@@ -54,7 +54,7 @@ def prestart(argv: list[str]) -> None:
     load. A plugin starts here what takes long and can run meanwhile (the
     MLflow tracker starts a helper process that imports mlflow on another
     core). A plugin implementing it must import nothing heavy at module level
-    (a built-in one comes first in ``harness.registry.DEFAULT_PLUGINS``); the
+    (a built-in one comes first in the group ``minimax_bench.builtins``); the
     Python API never calls it."""
 
 

@@ -1,12 +1,15 @@
 """Plugin manager and the registry of components it collects.
 
-Built-in plugins (``DEFAULT_PLUGINS``) and third-party packages (entry-point
-group ``minimax_bench``) are registered the same way; the registry then asks
-every plugin's registration hooks for its component classes.
+Built-in plugins (entry-point group ``minimax_bench.builtins`` of this
+package, ``builtin_plugins``) and third-party packages (entry-point group
+``minimax_bench``) are registered the same way; the registry then asks every
+plugin's registration hooks for its component classes. The core names no
+plugin: the list of built-ins is the package's metadata.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import warnings
@@ -19,37 +22,10 @@ import pluggy
 from harness import hookspecs
 from harness.params import ConfigBlock, ConfigError, validate
 
-DEFAULT_PLUGINS: tuple[str, ...] = (
-    # first: its ``prestart`` starts the tracker's helper before the rest loads
-    "plugins.tracking.mlflow_worker",
-    "plugins.sets.kset",
-    "plugins.sets.alphaset",
-    "plugins.sets.simplex",
-    "plugins.p_players.exp4mp",
-    "plugins.p_players.exp_ix",
-    "plugins.p_players.exp_ix_m",
-    "plugins.p_players.ftrl",
-    "plugins.p_players.safl",
-    "plugins.p_players.adacvar",
-    "plugins.p_players.uniform",
-    "plugins.p_players.ru_sgd",
-    "plugins.p_players.soft_cvar",
-    "plugins.w_players.ogd",
-    "plugins.solvers.game",
-    "plugins.solvers.lsvrg",
-    "plugins.solvers.prospect",
-    "plugins.solvers.full_batch",
-    "plugins.solvers.sgd",
-    "plugins.models.glm",
-    "plugins.data.datasets",
-    "plugins.data.files",
-    "plugins.data.group_data",
-    "plugins.metrics.group_metrics",
-    "plugins.metrics.reference",
-    "plugins.tracking.mlflow_runs",
-    "plugins.tracking.sweeps",
-    "plugins.tracking.records",
-)
+#: the entry-point group of the built-in plugins (``pyproject.toml``), registered
+#: always and in the order of their entry-point names, before the third parties'
+#: group ``minimax_bench``
+BUILTINS_GROUP = "minimax_bench.builtins"
 
 #: top-level config keys of the game itself (plugins add blocks of their own)
 CORE_KEYS: frozenset[str] = frozenset({
@@ -91,7 +67,7 @@ def make_plugin_manager(
     pm.add_hookspecs(hookspecs)
     if argv is not None:
         pm.hook.prestart.call_historic(kwargs={"argv": list(argv)})
-    for module_name in DEFAULT_PLUGINS:
+    for module_name in builtin_plugins():
         pm.register(importlib.import_module(module_name), name=module_name)
     if load_entrypoints is None:
         load_entrypoints = not os.environ.get(DISABLE_AUTOLOAD_ENV)
@@ -114,6 +90,26 @@ def _plugin_name(pm: pluggy.PluginManager, plugin: Any) -> str:
         i += 1
         name = f"{base}#{i}"
     return name
+
+
+@functools.cache
+def builtin_plugins() -> tuple[str, ...]:
+    """The built-in plugins' modules, in registration order: the entry points of
+    group ``BUILTINS_GROUP`` in this package's own metadata, by name (the first
+    one's ``prestart`` starts the tracker's helper before the rest loads)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        points = distribution("minimax-bench").entry_points
+    except PackageNotFoundError:
+        points = ()
+    found = tuple(ep.value for ep in sorted(points, key=lambda ep: ep.name)
+                  if ep.group == BUILTINS_GROUP)
+    if not found:
+        raise RuntimeError(f"minimax-bench's built-in plugins are not installed (no entry "
+                           f"points in group '{BUILTINS_GROUP}'): install the package, "
+                           "e.g. pip install -e . in its source folder")
+    return found
 
 
 def _load_entrypoints(pm: pluggy.PluginManager) -> None:

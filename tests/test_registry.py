@@ -18,7 +18,7 @@ import pytest
 
 import harness
 from harness.protocols import Dataset, PPlayer
-from harness.registry import DEFAULT_PLUGINS, KINDS
+from harness.registry import KINDS, builtin_plugins
 from plugins.p_players.exp4mp import Exp4MP
 
 # --------------------------------------------------------------------------- a third party
@@ -296,5 +296,5 @@ def test_each_plugin_manager_is_fresh():
     pm_b = harness.make_plugin_manager(load_entrypoints=False)
     assert pm_a is not pm_b
     names_b = {pm_b.get_name(p) for p in pm_b.get_plugins()}
-    assert names_b == set(DEFAULT_PLUGINS)
-    assert len(pm_a.get_plugins()) == len(DEFAULT_PLUGINS) + 1
+    assert names_b == set(builtin_plugins())
+    assert len(pm_a.get_plugins()) == len(builtin_plugins()) + 1

@@ -291,23 +291,14 @@ def _docstrings(tree: ast.AST) -> set[int]:
             and isinstance(node.body[0].value, ast.Constant)}
 
 
-def _default_plugins(tree: ast.AST) -> set[int]:
-    """The strings of ``DEFAULT_PLUGINS``: the one list of the built-ins, which
-    are registered through the same hooks as a third party's."""
-    return {id(item) for node in ast.walk(tree)
-            if isinstance(node, ast.AnnAssign | ast.Assign) and "DEFAULT_PLUGINS" in
-            [getattr(t, "id", None) for t in getattr(node, "targets", [getattr(node, "target",
-                                                                                None)])]
-            for item in ast.walk(node.value)}
-
-
 def test_the_core_names_no_plugin_outside_docstrings_and_comments():
-    # no plugin module by name in the core's code (strings, attributes), the
-    # list of built-ins aside; comments are not in the tree, docstrings are skipped
+    # no plugin module by name in the core's code (strings, attributes; the
+    # built-ins are listed in the package metadata); comments are not in the
+    # tree, docstrings are skipped
     found = []
     for path in sorted((REPO / "harness").glob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
-        skip = _docstrings(tree) | _default_plugins(tree)
+        skip = _docstrings(tree)
         for node in ast.walk(tree):
             text = None
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -322,17 +313,17 @@ def test_the_core_names_no_plugin_outside_docstrings_and_comments():
 def test_the_scan_of_the_core_sees_a_plugin_name_in_code():
     # the scan above would catch a name in a string or an attribute chain
     code = '''"""Docstring naming plugins.tracking.sweeps is fine."""
-DEFAULT_PLUGINS = ("plugins.sets.kset",)
+BUILTINS = ("plugins.sets.kset",)
 # a comment naming plugins.tracking.sweeps is fine
 HOOK = "plugins.tracking.mlflow_worker:prestart"
 see = "docs/plugins.md"
 '''
     tree = ast.parse(code)
-    skip = _docstrings(tree) | _default_plugins(tree)
+    skip = _docstrings(tree)
     named = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
              and isinstance(node.value, str) and id(node) not in skip
              and PLUGIN_NAME.search(node.value)]
-    assert named == ["plugins.tracking.mlflow_worker:prestart"]
+    assert sorted(named) == ["plugins.sets.kset", "plugins.tracking.mlflow_worker:prestart"]
 
 
 def test_a_plugin_asking_for_the_old_game_key_is_told_where_it_went():

@@ -1,4 +1,5 @@
-"""Libraries the built-in plugins share: the numerics of the capped simplices
-(``capped``), the O(k log n) k-set state (``kset_tree``) and the exact optimum
-(``optimum``). These modules are not plugins: nothing here is registered, and
-``harness.registry.DEFAULT_PLUGINS`` does not list them."""
+"""Numerics two kinds of built-in plugin share: the capped simplices' sets and
+projections (``capped``: the sets and the p-players), the step rules
+(``steps``: the players and the solvers) and the vectorising ``exp``/``log``,
+the ball projection and the row-norm scan (``vecmath``). These modules are not
+plugins: nothing here is registered."""
