@@ -18,15 +18,16 @@ the run's combination of kernels and compiled once (cached on disk):
 
 Each is a ``Compiled(kernels="module:prefix", state=(...), store=...)`` returned
 by the component's ``compiled`` method (the p-player's takes the set's form and
-returns None where it has no kernel for it). The state tuple holds the
-component's own arrays, changed in place by the kernels, and its constants;
-``store(state)``, if given, writes scalars kept in one-element arrays back to
-the component after each call, so checkpoints, ``regret_bound`` and the saved
-state read the component as the Python loop leaves it. Random numbers come
-from the run's ``numpy.random.Generator`` itself (numba draws from its bit
-generator), so the kernels must draw the same uniforms in the same order as
-the component's Python methods: both paths then give the same rows every
-round and the same metrics at every checkpoint (tested to 1e-12).
+returns None where it has no kernel for it). The state is a record (a
+``typing.NamedTuple``, read by field in the kernels; a plain tuple works too)
+of the component's own arrays, changed in place by the kernels, and its
+constants; ``store(state)``, optional, writes scalars kept in one-element
+arrays back to the component after each call, so checkpoints,
+``regret_bound`` and the saved state read the component as the Python loop
+leaves it. Random numbers come from the run's ``numpy.random.Generator``
+itself (numba draws from its bit generator); the built-ins' Python methods
+call the same kernels, so both paths give the same rows every round and the
+same metrics at every checkpoint (tested to 1e-12).
 
 Why a generated driver: numba specialises a function on the kernels it is
 handed as arguments, but cannot cache such a specialisation on disk (the
@@ -62,7 +63,7 @@ class Compiled(NamedTuple):
 
     ``kernels``: ``"module:prefix"``; the kernels are the module-level numba
     functions ``prefix_<role>`` of that module (importable by name).
-    ``state``: the tuple handed to each kernel. ``store``: called with
+    ``state``: the record handed to each kernel. ``store``: called with
     ``state`` after each compiled call, to write values back to the component."""
 
     kernels: str
