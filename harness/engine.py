@@ -51,6 +51,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -399,8 +400,16 @@ def driver(p_kernels: str, m_kernels: str, w_kernels: str) -> Callable[..., Any]
     source = _TEMPLATE.format(p_mod=p_mod, p_pre=p_pre, m_mod=m_mod, m_pre=m_pre,
                               w_mod=w_mod, w_pre=w_pre)
     refresh_numba_caches([p_mod, m_mod, w_mod])  # before the driver compiles against them
-    tag = source_digest(source, [p_mod, m_mod, w_mod])
-    name = f"mmb_driver_{p_pre}_{m_pre}_{w_pre}_{tag}"
+    module = load_generated(f"mmb_driver_{p_pre}_{m_pre}_{w_pre}", source, [p_mod, m_mod, w_mod])
+    _DRIVERS[key] = module.play
+    return module.play
+
+
+def load_generated(stem: str, source: str, modules: list[str]) -> ModuleType:
+    """The module ``<stem>_<source_digest(source, modules)>`` holding ``source``,
+    written once into ``cache_dir()`` and loaded (numba caches its kernels
+    beside the file)."""
+    name = f"{stem}_{source_digest(source, modules)}"
     path = cache_dir() / f"{name}.py"
     if not path.is_file() or path.read_text() != source:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -410,8 +419,7 @@ def driver(p_kernels: str, m_kernels: str, w_kernels: str) -> Callable[..., Any]
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    _DRIVERS[key] = module.play
-    return module.play
+    return module
 
 
 class Forms(NamedTuple):

@@ -29,14 +29,12 @@ so runs through the same code as the compiled ones, slowly.
 from __future__ import annotations
 
 import importlib.util
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.engine import cache_dir, kernel_modules, refresh_numba_caches, source_digest
+from harness.engine import kernel_modules, load_generated, refresh_numba_caches
 
 #: ``njit`` of a compiled specialisation, and of an interpreted one
 NUMBA, INTERPRETED = "numba:njit", "harness.kernels:interpreted"
@@ -101,16 +99,6 @@ def specialise(template: str, bindings: Mapping[str, str],
     # numba's caches of what the template calls first (the template itself is
     # never imported), then the name: both follow every module imported
     refresh_numba_caches([m for m in kernel_modules(modules) if m != template])
-    tag = source_digest(source, modules)
-    name = f"mmb_{template.rpartition('.')[2]}_{tag}"
-    path = cache_dir() / f"{name}.py"
-    if not path.is_file() or path.read_text() != source:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
-        os.replace(tmp, path)  # numba keys its cache on the file: write it whole, once
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    module = load_generated(f"mmb_{template.rpartition('.')[2]}", source, modules)
     _MODULES[key] = module
     return module
