@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
+from harness import Compiled
+from harness.engine import replaces
 from plugins.lib.vecmath import vexp
 
 # ---------------------------------------------------------------------------
@@ -607,6 +609,18 @@ def needs_row_caps(constraint: Any) -> str | None:
         return (f"needs a capped simplex K = {{0 <= p_i <= c_i, sum p = 1}}; row_caps() of "
                 f"'{constraint.name}' is None")
     return None
+
+
+def player_form(player: Any, base: type, constraint: Any, kernels: str,
+                capped: bool = True) -> Compiled | None:
+    """A p-player's compiled form, ``Compiled(kernels, player.state_)``; None
+    without the set's form ``constraint``, on a set whose form is not
+    ``CAPPED_SET`` (where the kernels read it as one: ``capped``), and for a
+    subclass of ``base`` that replaces a method the kernels stand for."""
+    if (constraint is None or (capped and constraint.kernels != CAPPED_SET)
+            or replaces(player, base, ("propose", "observe"))):
+        return None
+    return Compiled(kernels, player.state_)
 
 
 def needs_sets_of_k_rows(constraint: Any) -> str | None:

@@ -10,8 +10,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from harness.engine import replaces
-from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
+from plugins.lib.capped import capped_set_sample, needs_sets_of_k_rows, player_form
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.lib.vecmath import extremes, vexp
 
@@ -414,10 +413,7 @@ class AdaCVaR:
         (``AdaCVaRState``; the Python ``observe`` runs the same kernel); None
         on any other set, and for a subclass that replaces a method the
         kernels stand for."""
-        if (constraint is None or constraint.kernels != CAPPED_SET
-                or replaces(self, AdaCVaR, ("propose", "observe"))):
-            return None
-        return Compiled("plugins.p_players.adacvar:adacvar", self.state_)
+        return player_form(self, AdaCVaR, constraint, "plugins.p_players.adacvar:adacvar")
 
     def regret_bound(self, rounds: int) -> float | None:
         """None: no theorem bounds this sampler's regret against the game's

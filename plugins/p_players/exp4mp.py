@@ -11,15 +11,14 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from harness.engine import replaces
 from plugins.lib.capped import (
-    CAPPED_SET,
     capped_set_kappa,
     capped_set_point,
     capped_set_sample,
     capped_set_state,
     log_row_caps,
     needs_row_caps,
+    player_form,
     weights_row_caps,
 )
 from plugins.lib.steps import scale_param, scaled_step
@@ -189,10 +188,7 @@ class Exp4MP:
         """The compiled form (``harness.engine``) on a capped simplex:
         ``exp4mp_propose`` and ``exp4mp_observe`` (the Python ``observe``
         runs it too) on the player's state; None on any other set."""
-        if (constraint is None or constraint.kernels != CAPPED_SET
-                or replaces(self, Exp4MP, ("propose", "observe"))):
-            return None
-        return Compiled("plugins.p_players.exp4mp:exp4mp", self.state_)
+        return player_form(self, Exp4MP, constraint, "plugins.p_players.exp4mp:exp4mp")
 
     def regret_bound(self, rounds: int) -> float | None:
         """The EXP4.MP regret theorem (``th:EXP4.MP``, Appendix C) after

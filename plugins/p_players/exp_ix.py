@@ -10,8 +10,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from harness.engine import replaces
-from plugins.lib.capped import CAPPED_SET, capped_set_sample, needs_sets_of_k_rows
+from plugins.lib.capped import capped_set_sample, needs_sets_of_k_rows, player_form
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.p_players.draws import pairwise_sum
 
@@ -116,10 +115,7 @@ class Exp3IX:
         """The compiled form (``harness.engine``) on a capped simplex:
         ``exp_ix_propose``/``exp_ix_observe`` on the player's state
         (``Exp3IXState``); None on any other set."""
-        if (constraint is None or constraint.kernels != CAPPED_SET
-                or replaces(self, Exp3IX, ("propose", "observe"))):
-            return None
-        return Compiled("plugins.p_players.exp_ix:exp_ix", self.state_)
+        return player_form(self, Exp3IX, constraint, "plugins.p_players.exp_ix:exp_ix")
 
     def regret_bound(self, rounds: int) -> float | None:
         """The bound of the class docstring after ``rounds`` rounds at the eta

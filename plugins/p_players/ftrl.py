@@ -11,13 +11,12 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from harness.engine import replaces
 from plugins.lib.capped import (
-    CAPPED_SET,
     capped_set_kappa,
     capped_set_point,
     capped_set_state,
     log_row_caps,
+    player_form,
     weights_row_caps,
 )
 from plugins.lib.steps import scale_param, scaled_step
@@ -142,11 +141,9 @@ class FTRL:
         ``ftrl_propose``/``ftrl_observe`` on the player's state (the arrays
         changed in place; the Python ``observe`` runs the same kernel); None on
         any other set."""
-        if (constraint is None or constraint.kernels != CAPPED_SET
-                or self.set_state_ is None
-                or replaces(self, FTRL, ("propose", "observe"))):
+        if self.set_state_ is None:
             return None
-        return Compiled("plugins.p_players.ftrl:ftrl", self.state_)
+        return player_form(self, FTRL, constraint, "plugins.p_players.ftrl:ftrl")
 
     def regret_bound(self, rounds: int) -> float | None:
         """``log(n/k) / eta + eta t`` after ``t = rounds`` rounds at the eta in

@@ -25,8 +25,7 @@ from numba import njit, objmode
 
 import harness
 from harness import Compiled, Param, Proposal
-from harness.engine import replaces
-from plugins.lib.capped import needs_row_caps
+from plugins.lib.capped import needs_row_caps, player_form
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.p_players.draws import choice, pairwise_sum
 
@@ -215,9 +214,8 @@ class TruncatedCVaR:
         the kernel once every ``ceil(n/b)`` rounds; None if the set has no
         compiled form, and for a subclass that replaces a method the kernels
         stand for (``propose``, ``observe``)."""
-        if constraint is None or replaces(self, TruncatedCVaR, ("propose", "observe")):
-            return None
-        return Compiled("plugins.p_players.ru_sgd:ru_sgd", self.state_)
+        return player_form(self, TruncatedCVaR, constraint, "plugins.p_players.ru_sgd:ru_sgd",
+                           capped=False)
 
 
 def _lmo(token: int, seen: np.ndarray) -> np.ndarray:

@@ -11,12 +11,11 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from harness.engine import replaces
 from plugins.lib.capped import (
-    CAPPED_SET,
     capped_set_euclidean,
     capped_set_sample,
     capped_set_state,
+    player_form,
     sorted_breakpoint_threshold,
 )
 from plugins.lib.steps import scale_param, scaled_step
@@ -160,10 +159,9 @@ class StochasticAFL:
         ``safl_propose``/``safl_observe`` on the player's state (``SAFLState``;
         the Python ``observe`` runs the same kernel); None on any other set,
         and for a subclass that replaces a method the kernels stand for."""
-        if (constraint is None or constraint.kernels != CAPPED_SET or self.state_ is None
-                or replaces(self, StochasticAFL, ("propose", "observe"))):
+        if self.state_ is None:
             return None
-        return Compiled("plugins.p_players.safl:safl", self.state_)
+        return player_form(self, StochasticAFL, constraint, "plugins.p_players.safl:safl")
 
     def regret_bound(self, rounds: int) -> float | None:
         """None: Mohri et al.'s guarantee bounds the expected gap, not the gap of

@@ -11,7 +11,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from harness.engine import replaces
+from plugins.lib.capped import player_form
 from plugins.p_players.draws import choice
 
 
@@ -103,9 +103,8 @@ class Uniform:
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
         """The compiled form (``harness.engine``), on any set (the player reads
         none): ``uniform_propose``/``uniform_observe`` on ``UniformState``."""
-        if constraint is None or replaces(self, Uniform, ("propose", "observe")):
-            return None
-        return Compiled("plugins.p_players.uniform:uniform", self.state_)
+        return player_form(self, Uniform, constraint, "plugins.p_players.uniform:uniform",
+                           capped=False)
 
     def regret_bound(self, rounds: int) -> float | None:
         return None
