@@ -499,8 +499,3 @@ def theory_bound(pp: PPlayer, wp: WPlayer, rounds: int) -> float | None:
         return None
     value = (rp + rw) / rounds
     return value if math.isfinite(value) else None
-
-
-def summary_line(metrics: Mapping[str, Any]) -> str:
-    keys = ("dual_gap", "objective", "accuracy", "topk_mse", "data_points", "rounds")
-    return ", ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics)

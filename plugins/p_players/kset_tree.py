@@ -144,20 +144,13 @@ def _build(w, nodes, offsets, sizes):  # pragma: no cover - compiled
 
 
 @njit(cache=True, error_model="numpy")
-def _find_prefix(w, nodes, offsets, sizes, targets, out):  # pragma: no cover - compiled
-    """For each target ``t``, the first leaf whose inclusive prefix sum exceeds
-    ``t`` (the last leaf with positive weight if rounding puts ``t`` past the
-    total). The descents go level by level for all targets together, so their
-    memory reads are independent and overlap (at n = 1e7 the lower levels and
-    the leaves are not in cache)."""
-    _find_prefix_into(w, nodes, offsets, sizes, targets.copy(),
-                      np.empty(targets.size, dtype=np.int64), out)
-
-
-@njit(cache=True, error_model="numpy")
 def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover - compiled
-    """``_find_prefix`` on the targets ``t``, overwritten (the remainders), with
-    the node indices in the scratch ``g``."""
+    """For each target of ``t``, the first leaf whose inclusive prefix sum
+    exceeds it (the last leaf with positive weight if rounding puts it past the
+    total), into ``out``; ``t`` is overwritten (the remainders), the node
+    indices go in the scratch ``g``. The descents go level by level for all
+    targets together, so their memory reads are independent and overlap (at
+    n = 1e7 the lower levels and the leaves are not in cache)."""
     F = FANOUT
     for j in range(t.size):
         g[j] = 0
@@ -403,11 +396,6 @@ class CappedWeightTree:
     def rebase(self) -> None:
         """Multiply every weight so that the largest is 1 again. O(n)."""
         _rebase(self.state_)
-
-    def compiled_state(self) -> TreeState:
-        """The tree's record for the compiled kernels (``tree_sample``,
-        ``tree_ix_step``): ``state_``."""
-        return self.state_
 
 
 @njit(cache=True, error_model="numpy")
