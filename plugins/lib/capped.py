@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
-from harness import Compiled
+from harness import Compiled, ConfigError
 from harness.engine import replaces
 from plugins.lib.vecmath import vexp
 
@@ -609,6 +609,15 @@ def needs_row_caps(constraint: Any) -> str | None:
         return (f"needs a capped simplex K = {{0 <= p_i <= c_i, sum p = 1}}; row_caps() of "
                 f"'{constraint.name}' is None")
     return None
+
+
+def checked_batch(owner: str, b: int, bound: str, limit: int) -> int:
+    """``b``, the rows a player draws per round, if at most ``limit`` (the set's
+    ``bound``, n or k); else the refusal naming ``batch_size``."""
+    if b > limit:
+        raise ConfigError(f"The 'batch_size' parameter of {owner} must be an int in "
+                          f"[1, {bound}={limit}]. Got {b} instead.")
+    return b
 
 
 def player_form(player: Any, base: type, constraint: Any, kernels: str,

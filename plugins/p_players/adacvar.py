@@ -10,7 +10,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from plugins.lib.capped import capped_set_sample, needs_sets_of_k_rows, player_form
+from plugins.lib.capped import capped_set_sample, checked_batch, needs_sets_of_k_rows, player_form
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.lib.vecmath import extremes, vexp
 
@@ -342,11 +342,7 @@ class AdaCVaR:
     def rows_per_round(self, constraint) -> int:
         if self.variant == "all_rows":
             return constraint.k
-        if self.batch_size > constraint.k:
-            raise harness.ConfigError(
-                f"The 'batch_size' parameter of adacvar must be an int in [1, k={constraint.k}]. "
-                f"Got {self.batch_size} instead.")
-        return self.batch_size
+        return checked_batch(self.name, self.batch_size, "k", constraint.k)
 
     def setup(self, constraint, horizon: int) -> dict[str, float | str]:
         n, k = constraint.n, constraint.k

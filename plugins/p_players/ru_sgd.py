@@ -25,7 +25,7 @@ from numba import njit, objmode
 
 import harness
 from harness import Compiled, Param, Proposal
-from plugins.lib.capped import needs_row_caps, player_form
+from plugins.lib.capped import checked_batch, needs_row_caps, player_form
 from plugins.lib.steps import scale_param, scaled_step
 from plugins.p_players.draws import choice, pairwise_sum
 
@@ -128,11 +128,7 @@ class TruncatedCVaR:
 
     def rows_per_round(self, constraint) -> int:
         b = self.batch_size if self.batch_size is not None else constraint.k
-        if b > constraint.n:
-            raise harness.ConfigError(
-                f"The 'batch_size' parameter of {self.name} must be an int in "
-                f"[1, n={constraint.n}]. Got {b} instead.")
-        return b
+        return checked_batch(self.name, b, "n", constraint.n)
 
     def setup(self, constraint, horizon: int) -> dict[str, float]:
         n = constraint.n

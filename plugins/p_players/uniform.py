@@ -11,7 +11,7 @@ from numba import njit
 
 import harness
 from harness import Compiled, Param, Proposal
-from plugins.lib.capped import player_form
+from plugins.lib.capped import checked_batch, player_form
 from plugins.p_players.draws import choice
 
 
@@ -65,11 +65,7 @@ class Uniform:
 
     def rows_per_round(self, constraint) -> int:
         b = self.batch_size if self.batch_size is not None else constraint.k
-        if b > constraint.n:
-            raise harness.ConfigError(
-                f"The 'batch_size' parameter of uniform must be an int in [1, n={constraint.n}]. "
-                f"Got {b} instead.")
-        return b
+        return checked_batch(self.name, b, "n", constraint.n)
 
     def setup(self, constraint, horizon: int) -> dict[str, float]:
         n = constraint.n
