@@ -127,58 +127,31 @@ def _moment_terms(s):  # pragma: no cover - compiled
 
 
 @njit(cache=True, error_model="numpy")
+def _add_terms(acc, s):  # pragma: no cover - compiled
+    """``acc`` plus ``_moment_terms(s)``, term by term."""
+    ta, tb, tc, td, te, tf = _moment_terms(s)
+    return (acc[0] + ta, acc[1] + tb, acc[2] + tc, acc[3] + td, acc[4] + te, acc[5] + tf)
+
+
+@njit(cache=True, error_model="numpy")
 def _moments(sig):  # pragma: no cover - compiled
     """The sums over ``i`` of ``_moment_terms(sig[i])``, each as four partial
     sums over ``i mod 4`` (the tail in the first) added pairwise at the end."""
     n = sig.size
-    a0 = a1 = a2 = a3 = 0.0
-    b0 = b1 = b2 = b3 = 0.0
-    c0 = c1 = c2 = c3 = 0.0
-    d0 = d1 = d2 = d3 = 0.0
-    e0 = e1 = e2 = e3 = 0.0
-    f0 = f1 = f2 = f3 = 0.0
+    a = b = c = d = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     i = 0
     while i + 4 <= n:
-        ta, tb, tc, td, te, tf = _moment_terms(sig[i])
-        a0 += ta
-        b0 += tb
-        c0 += tc
-        d0 += td
-        e0 += te
-        f0 += tf
-        ta, tb, tc, td, te, tf = _moment_terms(sig[i + 1])
-        a1 += ta
-        b1 += tb
-        c1 += tc
-        d1 += td
-        e1 += te
-        f1 += tf
-        ta, tb, tc, td, te, tf = _moment_terms(sig[i + 2])
-        a2 += ta
-        b2 += tb
-        c2 += tc
-        d2 += td
-        e2 += te
-        f2 += tf
-        ta, tb, tc, td, te, tf = _moment_terms(sig[i + 3])
-        a3 += ta
-        b3 += tb
-        c3 += tc
-        d3 += td
-        e3 += te
-        f3 += tf
+        a = _add_terms(a, sig[i])
+        b = _add_terms(b, sig[i + 1])
+        c = _add_terms(c, sig[i + 2])
+        d = _add_terms(d, sig[i + 3])
         i += 4
     while i < n:
-        ta, tb, tc, td, te, tf = _moment_terms(sig[i])
-        a0 += ta
-        b0 += tb
-        c0 += tc
-        d0 += td
-        e0 += te
-        f0 += tf
+        a = _add_terms(a, sig[i])
         i += 1
-    return ((a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3), (c0 + c1) + (c2 + c3),
-            (d0 + d1) + (d2 + d3), (e0 + e1) + (e2 + e3), (f0 + f1) + (f2 + f3))
+    return ((a[0] + b[0]) + (c[0] + d[0]), (a[1] + b[1]) + (c[1] + d[1]),
+            (a[2] + b[2]) + (c[2] + d[2]), (a[3] + b[3]) + (c[3] + d[3]),
+            (a[4] + b[4]) + (c[4] + d[4]), (a[5] + b[5]) + (c[5] + d[5]))
 
 
 @njit(cache=True, error_model="numpy")
