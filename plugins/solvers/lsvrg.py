@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 import harness
-from plugins.solvers.row_solver import RowSolver, row_data
+from plugins.solvers.row_solver import RowSolver
 
 
 class LSVRG(RowSolver):
@@ -85,15 +85,10 @@ class LSVRG(RowSolver):
         self._sync()
         return {**self._logged(), "epoch_length": n}
 
-    def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
-        if until <= self.data_points:
-            return
-        X, y = row_data(problem)
-        kernels, ms = self._kernels(problem)
+    def _steps(self, kernels, ms, X, y, problem: Any, rng, until: int) -> None:
         kernels.lsvrg_steps(ms, X, y, self.w, self.anchor_, self.anchor_q_, self.anchor_grad_,
                             self.caps_, self.nu_, self.lr_, float(problem.mu),
-                            float(problem.radius), rng, int(until), self.counts_)
-        self._sync()
+                            float(problem.radius), rng, until, self.counts_)
 
     @property
     def q(self) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 
 import harness
 from plugins.solvers.best_response import BestResponse
-from plugins.solvers.row_solver import RowSolver, row_data
+from plugins.solvers.row_solver import RowSolver
 
 
 class Prospect(RowSolver):
@@ -113,15 +113,10 @@ class Prospect(RowSolver):
         self._sync()
         return self._logged()
 
-    def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
-        if until <= self.data_points:
-            return
-        X, y = row_data(problem)
-        kernels, ms = self._kernels(problem)
+    def _steps(self, kernels, ms, X, y, problem: Any, rng, until: int) -> None:
         kernels.prospect_steps(ms, X, y, self.w, self.losses_, self.grads_, self.rho_,
                                self.gbar_, self.table_.state, self.lr_, float(problem.mu),
-                               float(problem.radius), rng, int(until), self.counts_)
-        self._sync()
+                               float(problem.radius), rng, until, self.counts_)
 
     @property
     def q(self) -> np.ndarray:

@@ -171,7 +171,8 @@ class RowSolver:
     ``counts_`` (data points, gradients formed, ...) is written by the kernels
     and copied to ``data_points`` and ``grad_evals`` by ``_sync``; ``_kernels``
     the solver's kernels for the problem's model (``row_kernels``, kept until
-    the solver is pickled)."""
+    the solver is pickled); ``advance`` runs them through the solver's
+    ``_steps``."""
 
     name: str
     #: the solver's kernel template (``plugins.solvers.<name>_kernels``)
@@ -227,6 +228,14 @@ class RowSolver:
                 "declares none (row_smoothness(X) is None): give solver.lr.")
         self.lr_ = scaled_step(self.name, "lr", self.lr, self.lr_scale, self.lr_default_)
         return X, y
+
+    def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
+        """Steps until ``until`` data points (the solver's ``_steps``, its kernel)."""
+        if until <= self.data_points:
+            return
+        kernels, ms = self._kernels(problem)
+        self._steps(kernels, ms, *row_data(problem), problem, rng, int(until))
+        self._sync()
 
     def _logged(self) -> dict[str, Any]:
         return {"lr": self.lr_, "lr_default": self.lr_default_, "smoothness": self.smoothness_,

@@ -47,7 +47,7 @@ from numba import njit
 import harness
 from harness import Param
 from plugins.lib.steps import check_scale, scale_param
-from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver, row_data
+from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver
 
 #: schedule codes of the kernel
 CONSTANT, INVERSE, SQRT = 0, 1, 2
@@ -280,17 +280,12 @@ class SGD(RowSolver):
         return {**self._logged(), "tau_lr": self.tau_lr_, "batch": int(self.batch),
                 "schedule": schedule, "t0": self.t0_}
 
-    def advance(self, problem: Any, rng: np.random.Generator, until: int) -> None:
-        if until <= self.data_points:
-            return
-        X, y = row_data(problem)
-        kernels, ms = self._kernels(problem)
+    def _steps(self, kernels, ms, X, y, problem: Any, rng, until: int) -> None:
         kernels.sgd_steps(ms, X, y, self.iterate_, self.average_, self.tau_, self.caps_,
                           self.nu_, float(problem.mu), self.lr_, self.tau_lr_,
                           float(problem.radius), int(self.batch), SCHEDULES[self.schedule_],
-                          self.t0_, self.tau_lo_, self.tau_hi_, rng, int(until), self.counts_,
+                          self.t0_, self.tau_lo_, self.tau_hi_, rng, until, self.counts_,
                           self.mark_, self.slot_, self.batch_grads_, self.batch_weights_)
-        self._sync()
 
     @property
     def w(self) -> np.ndarray:
