@@ -162,26 +162,24 @@ def _sigmoid_pass(log_w, nu, sig):  # pragma: no cover - compiled
     n = log_w.size
     for i in range(n):
         sig[i] = _sigmoid_at(nu + log_w[i])
-    a0 = a1 = a2 = a3 = 0.0
-    b0 = b1 = b2 = b3 = 0.0
+    a = b = c = d = (0.0, 0.0)
     i = 0
     while i + 4 <= n:
-        s0, s1, s2, s3 = sig[i], sig[i + 1], sig[i + 2], sig[i + 3]
-        a0 += s0
-        a1 += s1
-        a2 += s2
-        a3 += s3
-        b0 += s0 * (1.0 - s0)
-        b1 += s1 * (1.0 - s1)
-        b2 += s2 * (1.0 - s2)
-        b3 += s3 * (1.0 - s3)
+        a = _add_two(a, sig[i])
+        b = _add_two(b, sig[i + 1])
+        c = _add_two(c, sig[i + 2])
+        d = _add_two(d, sig[i + 3])
         i += 4
     while i < n:
-        s0 = sig[i]
-        a0 += s0
-        b0 += s0 * (1.0 - s0)
+        a = _add_two(a, sig[i])
         i += 1
-    return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
+    return (a[0] + b[0]) + (c[0] + d[0]), (a[1] + b[1]) + (c[1] + d[1])
+
+
+@njit(cache=True, error_model="numpy")
+def _add_two(acc, s):  # pragma: no cover - compiled
+    """``acc`` plus ``(s, s (1 - s))``, term by term."""
+    return acc[0] + s, acc[1] + s * (1.0 - s)
 
 
 @njit(cache=True, error_model="numpy")
