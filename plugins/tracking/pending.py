@@ -72,16 +72,6 @@ def flush(handle: dict[str, Any]) -> None:
         pending.pop(0)
 
 
-def _buffer(context, handle: dict[str, Any], record: dict, err: Exception) -> None:
-    path = pending_file(context, handle)
-    if not handle["pending"]:
-        print(f"minimax-bench: the tracking store {handle['uri']} failed ({err!r}); "
-              f"checkpoints are kept in {path} and sent when it answers again.",
-              file=sys.stderr)
-    handle["pending"].append(record)
-    write_pending(path, handle)
-
-
 def send(context, handle: dict[str, Any], record: dict) -> None:
     """Send ``record`` after whatever is buffered; buffer it if the store fails."""
     had_pending = bool(handle["pending"])
@@ -89,8 +79,12 @@ def send(context, handle: dict[str, Any], record: dict) -> None:
     try:
         flush(handle)
     except Exception as err:  # noqa: BLE001 - any transport or server error
-        handle["pending"].pop()
-        _buffer(context, handle, record, err)
+        path = pending_file(context, handle)  # (flush stops at the first record unsent)
+        if len(handle["pending"]) == 1:
+            print(f"minimax-bench: the tracking store {handle['uri']} failed ({err!r}); "
+                  f"checkpoints are kept in {path} and sent when it answers again.",
+                  file=sys.stderr)
+        write_pending(path, handle)
         return
     if had_pending:
         pending_file(context, handle).unlink(missing_ok=True)
