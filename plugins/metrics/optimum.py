@@ -1,81 +1,13 @@
 """The exact optimum ``OPT = min_{w in W} max_{p in K} <L(w), p>`` of a small
 problem, by a convex solver, certified by the harness's own numerics.
 
-For ``K = {p : 0 <= p_i <= c_i, sum p = 1}`` (the caps ``c`` are the set's
-``row_caps()``: the k-set: ``c_i = 1/k``; the simplex: ``k = 1``; an
-alpha-set: ``c_i = alpha_i``) linear-programming duality gives
-
-    max_{p in K} <l, p> = min_tau  tau + sum_i c_i (l_i - tau)_+
-
-(Rockafellar and Uryasev 2000, Theorem 1, for the k-set: CVaR at level
-``alpha = k/n``), so OPT is the convex program
-
-    min_{||w|| <= B, tau, u >= 0}  tau + <c, u>   s.t.  u_i >= loss_i(w) / s - tau
-
-with ``s`` the model's loss scale and ``W`` the l2-ball of radius ``B`` over all
-parameters, bias included (the game's problem exactly). cvxpy solves it
-(Clarabel, retried with safer settings, then SCS: ``ATTEMPTS``); the model
-supplies its raw losses as a cvxpy expression (``cvx_raw_losses``). The
-multipliers of the constraints ``u_i >= ...`` are the saddle point's ``p``.
-
-The solver's answer is not trusted as is. ``certify`` sandwiches OPT:
-
-* ``upper = max_{p in K} <L(w*), p>`` at the solver's ``w*`` (projected onto the
-  ball), evaluated with the model's numpy losses and the exact oracle: the
-  objective of a feasible point, so ``OPT <= upper``;
-* ``lower`` = a certified lower bound (``harness.gap.certified_min``,
-  Frank-Wolfe bound) on ``min_{w in W} <L(w), p*>`` with the solver's ``p*``
-  projected onto ``K``: for any ``p`` in ``K`` this minimum is at most OPT.
-
-The value used as OPT is ``upper``; it is accepted only if ``upper - lower
-<= rtol * |upper| + atol``, so a solver that stops early or returns a wrong
-point is reported as a failure, never as a wrong OPT. The absolute part
-matters when OPT is near 0 (Boston with ``B = 10``: OPT is about 1e-4 and the
-solvers agree to about 2e-9, which no useful ``rtol`` alone accepts).
-
-The regularised, smoothed problem of ``harness.problem`` (keywords ``mu``,
-``nu``; ``radius`` may be ``inf`` when ``mu > 0``),
-
-    F* = min_{||w|| <= B} max_{q in K} <L(w), q> - (nu n/2) ||q - 1/n||^2 + (mu/2) ||w||^2,
-
-is solved the same way. With ``nu > 0`` Lagrangian duality on ``sum q = 1``
-(multiplier ``tau``) separates the rows:
-
-    max_{q in K} <l, q> - (nu n/2) ||q - 1/n||^2 = min_tau  tau + sum_i phi_i(l_i - tau),
-    phi_i(z) = max_{0 <= q <= c_i} q z - (nu n/2) (q - 1/n)^2
-             = min_v  (z - v)^2 / (2 nu n) + (z - v) / n + c_i max(v, 0),
-
-the second line because ``phi_i`` is the conjugate of the sum of
-``f(q) = (nu n/2)(q - 1/n)^2`` (conjugate ``f*(s) = s/n + s^2/(2 nu n)``) and
-the indicator of ``[0, c_i]`` (conjugate ``c_i max(v, 0)``), hence the
-infimal convolution of the two conjugates (``conjugate_phi``).
-``phi_i`` is convex and nondecreasing, so with ``e_i >= loss_i(w)/s - tau``
-the program is DCP, and the constraints' multipliers are again ``q``
-(``phi_i'(z)`` is the maximising ``q``). With ``nu = 0``, ``phi_i(z) = c_i
-max(z, 0)``: the Rockafellar-Uryasev program above. ``certify`` then takes
-``upper = F`` at the solver's ``w`` (``Problem.value``, numpy) and ``lower`` =
-a certified lower bound on the dual function ``D(q)`` at the solver's ``q``
-projected onto K (``harness.dual.dual_lower_bound``). With ``mu = nu = 0``
-and a finite ball, formulation and results are exactly those of the paper's
-problem.
-
-Polishing. With ``nu > 0`` and ``mu > 0`` ``F`` is ``C^1`` (the inner
-maximiser ``q(w) = proj_K(1/n + L/(nu n))`` is unique; ``Problem.
-value_and_grad``) and ``mu``-strongly convex, so the conic answer, accurate to
-about 1e-9, is only a starting point: ``polish`` runs Newton's method on ``F``
-from it (``harness.gap.polish_strongly_convex``) until ``||grad F||`` reaches
-its rounding floor, and certifies ``F* >= F(w) - ||grad F(w)||^2 / (2 mu)``
-(over an active ball: the Lagrangian bound with the ball's multiplier).
-``F(w)`` is read through its enclosure (``harness.dual.enclose_value``:
-exactly rounded sums over the rows, the inner maximum between its value at a
-feasible ``q`` and its Lagrangian dual), so the record's ``value`` is an upper
-bound on ``F(w)``, hence on ``F*``, and ``lower`` a lower bound on ``F*``, up to
-the rounding of each row's loss inside the model (a few ulps of each loss;
-checked against an 80-bit evaluation in ``tests/test_opt_polish.py``). The
-interval is then about 1e-15 of ``|F*|`` wide (``tools/opt_table.py``: 1.2e-15
-to 2e-15 on the five regression sets of ``experiment=prospect``), against
-about 1e-9 from the conic solver alone. The nonsmooth problem (``nu = 0``)
-keeps the conic interval.
+The paper's problem (Section 2) as a convex program through the
+Rockafellar-Uryasev form (Rockafellar and Uryasev 2000, Theorem 1), solved by
+cvxpy (Clarabel, then SCS: ``ATTEMPTS``); ``F*`` of ``harness.problem`` (``mu``,
+``nu``) likewise through the rows' conjugates. ``certify`` accepts OPT only
+inside a certified interval ``upper - lower <= rtol * |upper| + atol``;
+``polish`` narrows it by Newton's method when ``nu > 0`` and ``mu > 0``.
+Derivation: docs/algorithms.md, "Exact optimum".
 """
 
 from __future__ import annotations

@@ -52,47 +52,16 @@ class Exp4MPState(NamedTuple):
 class Exp4MP:
     """EXP4.MP with semi-bandit feedback on ``S_{n,k}`` (Algorithm 2, Theorem 4.1 ``th:topk``).
 
-    Each round: project the weights onto the k-set mixed with the uniform
-    distribution (Lines 3-10), draw k rows with ``P[i in I_t] = k p_i``
-    (Line 11), observe their losses (Line 12), and raise the log-weights by
-    ``eta * (L_hat + c U / sqrt(n T))`` (Lines 13-15) where
-    ``L_hat_i = L_i / (k p_i)`` on the sampled uncapped rows.
-
-    ``confidence="all"`` (default) adds the confidence term
-    ``c U_i / sqrt(nT)`` with ``U_i = 1 / (k p_i)`` to every row outside
-    ``J_t``, as the k-set proof (Appendix C) uses it (the bound (eq:l) sums it
-    over all ``i not in J_t``); ``confidence="sampled"`` restricts it to the
-    sampled rows, as the algorithm box writes it.
-
-    Weights are kept as log-weights, rebased to max 0 at least every 4,096
-    rounds and whenever the largest may have grown by 200 (``log_w_`` shows
-    them rebased), so any number of rounds neither overflows nor underflows
-    the largest weight.
-    Defaults (Theorem 4.1, ``th:topk``): ``gamma = sqrt(n log(n/k) / (k T))``,
-    ``eta = k gamma / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``.
-    Per round: O(n) (the dense confidence update and the projection).
-
-    Regret bound (``regret_bound``): the proof of the EXP4.MP regret theorem
-    (``th:EXP4.MP``, Appendix C) redone for the first t rounds at the
-    parameters in use and divided by k (game units), with ``eps = c /
-    sqrt(nT)`` and ``beta = gamma + 2 eta n / k``: ``beta t + log(n/k)/eta +
-    eps n t/k + 2 eta eps^2 n^2 t/(k^2 gamma) + log(n/delta)/eps``, with
-    probability at least 1 - delta for every t <= T at once (derived in
-    docs/algorithms.md, "The p-players' regret bounds"). None with
-    ``confidence="sampled"``, outside the proof's conditions on the
-    parameters, and on sets other than ``S_{n,k}``.
-
-    The set's ``sample`` gives a ``harness.Draw``: distinct rows with
-    multiplicities ``m_i``, ``E[m_i] = k p_i`` (all 1 on the k-set; a multiset
-    on the alpha-set ``K_alpha``, the alpha-set appendix (D), ``plugins.lib.capped.
-    multiset_round``). Feedback is semi-bandit on the distinct rows,
-    ``L_hat_i = m_i L_i / (k p_i)`` (unbiased because ``E[m_i] = k p_i``; the
-    sampled confidence term is ``m_i / (k p_i)`` likewise), the w-player's
-    batch weights and the action are ``m_i / k``, and each distinct row counts
-    once as a data point. ``th:EXP4.MP`` holds on ``S_{n,k}``; the paper proves no
-    guarantee on other sets: the defaults stay Theorem 4.1's with the set's k,
-    and ``regret_bound`` is None unless every row cap (``row_caps()``) is
-    ``1/k``, i.e. ``K`` is ``S_{n,k}``.
+        Each round projects the weights onto the k-set mixed with uniform (Lines
+        3-10), draws k rows with ``P[i in I_t] = k p_i`` (Line 11) and raises the
+        log-weights by ``eta * (L_hat + c U / sqrt(n T))`` (Lines 13-15).
+        ``confidence="all"`` (default) adds the confidence term to every row outside
+        ``J_t`` as the proof (Appendix C) does; ``"sampled"`` as the algorithm box.
+        Defaults (Theorem 4.1): ``gamma = sqrt(n log(n/k) / (k T))``, ``eta = k gamma
+        / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``. O(n) per round.
+        ``regret_bound``: ``th:EXP4.MP`` (Appendix C) for the first t rounds, on
+        ``S_{n,k}`` only. Derivation: docs/algorithms.md, "EXP4.MP: the round, the
+        confidence term and the samples".
     """
 
     name: ClassVar[str] = "exp4mp"

@@ -2,49 +2,13 @@
 and maxima over the weights, the capping threshold found from the largest
 weights and the total, and systematic sampling by k descents of the tree.
 
-Dense EXP4.MP-style rounds touch all n rows (normalise, project, sample: the
-paper's Algorithm 2, Lines 3-11, O(n log n) with Algorithm 4's sort). Here the
-weights ``w`` are kept proportional to ``p_t`` itself, ``p_t = w / sum(w)``,
-which is what a *greedy* mirror-descent step keeps (``w_{t+1} = p_t
-exp(-eta l_t)``, then the KL projection onto ``S_{n,k}``): the projection
-``q_i = min(kappa, lam w_i)`` (Lemma C.2 (a)) caps the largest weights, and
-replacing each capped weight by the threshold ``theta = kappa / lam`` leaves
-``q`` unchanged and makes ``p_t = w / sum(w)`` exactly. Only the rows updated
-in a round (the k sampled ones) and the capped rows (at most k - 1, Lemma
-C.2) change, so a round is O(k) leaf updates of the tree:
-
-* ``project``: the capped rows are the largest weights. They are taken off
-  the tree one at a time (a descent by maximum) while the next largest
-  weight ``w_(m+1)`` still satisfies ``lam_m w_(m+1) > kappa`` with
-  ``lam_m = (1 - m kappa) / W_m`` and ``W_m`` the tree's total without the
-  ``m`` rows taken off (Algorithm 4 on the top of the order only, the sums
-  never formed by subtraction), then put back at ``theta``. O(m log n).
-* ``sample``: systematic sampling (Madow 1949): one offset ``u`` in [0, 1),
-  targets ``(u + j) W / k`` for ``j < k``, each found by one descent of the
-  prefix sums: k distinct rows with ``P[i in S] = k p_i``. O(k log n).
-* ``scale``: multiply the weights of given rows (a step of their log-weights);
-  their ancestors are recomputed from their children (no running sums, so no
-  drift over any number of rounds). O(log n) per row.
-
-The leaves hold the weights ``exp(lw - base)`` of the log-weights ``lw``
-relative to a base (a log-weight step is a multiplication of its leaf). They
-only decrease (the estimated losses are non-negative and the clamp lowers
-the capped rows), so nothing can overflow in any number of rounds; when the
-largest falls below ``exp(-REBASE)`` every weight is multiplied back so that
-the largest is 1 again (``rebase``: O(n), once per ``REBASE`` units of
-decrease of the largest log-weight). A row whose weight underflows to 0 has
-``p_i < exp(-500)`` times the largest, which is 0 to double precision in the
-dense computation too.
-
-The tree is ``FANOUT``-ary, levels stored bottom-up in one array of
-``(sum, max)`` pairs, so a descent reads a few adjacent cache lines per level
-(``ceil(log_16 n)`` levels: 6 at n = 1e7). Memory: 8 n bytes for the leaves
-plus about 16 n / 15 bytes for the tree.
-
-The tree keeps its arrays, counters and scratch buffers in one record
-(``TreeState``, ``CappedWeightTree.state_``), on which its Python methods and
-the compiled round engine (``harness.engine``) run the same kernels
-(``tree_sample``, ``tree_ix_step``), which allocate nothing per round.
+The weights are kept proportional to ``p_t`` (a greedy mirror-descent step, then
+the KL projection onto ``S_{n,k}``, Lemma C.2 (a): the capped weights replaced by
+the threshold), so a round changes the k sampled rows and at most k - 1 capped
+ones: Algorithm 4 on the top of the order only (``project``), systematic sampling
+(Madow 1949, ``sample``) and ``scale``, each O(log n) per row, in a ``FANOUT``-ary
+tree held in one ``TreeState`` record (``tree_sample``, ``tree_ix_step``).
+Derivation: docs/algorithms.md, "The k-set tree: rounds in O(k log n)".
 """
 
 from __future__ import annotations

@@ -20,51 +20,14 @@ from plugins.solvers.row_solver import RowSolver
 class LSVRG(RowSolver):
     """LSVRG of Mehta et al. (2023) on ``F`` (``harness.problem``).
 
-    Every n steps, at the anchor ``w~``: all losses, the spectral weights
-    ``sigma`` of the sorted losses (the best response ``q~ = q(l(w~))``:
-    smoothed when ``nu > 0``, the LMO when ``nu = 0``) and the full weighted
-    gradient ``g~ = sum_j q~_j grad l_j(w~)``. Each step draws a rank
-    uniformly; the row at that rank of the anchor's order gives ``g`` at ``w``
-    and ``g~_j`` at ``w~``, and
-
-        w <- w - lr (n sigma_j (g - g~_j) + g~ + mu w).
-
-    A uniform rank of the anchor's order is a uniform row, and ``sigma`` at
-    that rank is ``q~`` of that row, so the kernel draws the row and reads
-    ``q~_j`` without sorting (the anchor's O(n log n) is the projection's).
-    With a finite radius the iterate is then projected onto the ball (the
-    projected variant; the analysis is for the unconstrained problem).
-
-    Default step ``1 / (c n sigma_max L + mu)``, ``sigma_max = max_i c_i``,
-    ``L`` the rows' smoothness: the analysis of LSVRG takes constant steps of
-    order ``1 / (n sigma_max L)`` (each term ``n sigma_j (grad l_j(w) - grad
-    l_j(w~))`` of the estimator is ``n sigma_max L``-Lipschitz in ``w``), as
-    does Prospect's (Mehta et al. ICLR 2024); ``c = 1``, see
-    ``plugins.solvers.prospect.Prospect``. On ``experiment=prospect`` (640,000 data
-    points) the tuning protocol's multiplier is between 3^-3 and 3^1 on the
-    five sets, and within 1e-10 of the best objective at 1 except on kin8nm
-    (6e-10 above); after 20 passes it is 3^-4 (the grid's edge) on kin8nm and
-    3^-2 on power, the two sets with n near 1e4, where the default is too
-    large early on (the authors' tuned steps there, 1e-4 and 3e-3, against
-    0.028 and 0.029). With ``nu = 0`` on Boston at k = 20 it is 27
-    (``plugins.solvers.row_solver`` says why the default stays). Measured by
-    ``tools/step_table.py``.
-
-    A row with ``q~_j = 0`` adds nothing to ``g~`` and its stochastic term
-    ``n sigma_j (g - g~_j)`` is zero, so neither is formed: the anchor forms
-    the gradients of the rows with ``q~_j != 0`` only, and a step that draws
-    a row with ``q~_j = 0`` evaluates nothing and moves along ``-(g~ + mu
-    w)`` (the same iterate, bit for bit, as forming the term and multiplying
-    it by zero). So does the first step after an anchor, where ``w = w~``
-    and the term is ``g - g~_j = 0`` exactly.
-
-    Counters (``docs/tracking.md``, Counters): each anchor evaluates every
-    row's loss at ``w~`` (n data points) and forms ``|{j: q~_j != 0}|``
-    gradients (the first anchor is computed in ``setup``, at ``w_0``); a step
-    whose row has ``q~_i != 0`` evaluates that row at two points, ``w`` and
-    ``w~`` (2 data points, 2 gradients), any other step (and the first after
-    an anchor) nothing (0 and 0).
-    ``counts_``: data points, gradients, steps since the anchor, steps.
+        LSVRG (Mehta et al., AISTATS 2023): every n steps an anchor ``w~`` with its
+        best response ``q~`` and full weighted gradient ``g~``; each step one
+        uniformly drawn row, ``w <- w - lr (n sigma_j (g - g~_j) + g~ + mu w)``, then,
+        with a finite radius, a projection onto the ball. Default step ``1 / (c n
+        sigma_max L + mu)``, ``sigma_max = max_i c_i``, ``c = 1`` (as Prospect's).
+        ``counts_``: data points, gradients, steps since the anchor, steps.
+        Derivation: docs/algorithms.md, "LSVRG: the step, its default and its
+        counters".
     """
 
     name: ClassVar[str] = "lsvrg"
