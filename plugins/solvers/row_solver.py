@@ -3,42 +3,25 @@ kernels, specialised per model; their inputs; the default constant step and
 the counters.
 
 **Kernels.** A row solver's numba kernels are a template
-(``plugins/solvers/<solver>_kernels.py``) calling the model's row roles
-through the free names ``m_row_loss(ms, X, y, i, w, z)`` (row i's scaled
-loss, never clipped, leaving in the scratch ``z`` what its gradient needs),
-``m_row_grad(ms, X, y, i, w, z, g)`` (that gradient into ``g``) and
-``m_row_scratch(ms)`` (the length of ``z``); ``row_kernels`` specialises the
-template (``harness.kernels``) to the model's compiled row kernels
-(``model.compiled().kernels`` and its state ``ms``) or, for a model without
-them, to ``protocol_row_loss`` and the rest over its Python protocol
-(``value_and_grad`` on one row), run as plain Python: the same steps, slower.
+(``plugins/solvers/<solver>_kernels.py``) calling the model's row roles through
+the free names ``m_row_loss``, ``m_row_grad`` and ``m_row_scratch``;
+``row_kernels`` specialises it (``harness.kernels``) to the model's compiled row
+kernels or, for a model without them, to ``protocol_row_loss`` and the rest over
+``value_and_grad`` on one row, run as plain Python: the same steps, slower.
 
-**The default step.** With ``nu > 0`` (or no ball) the step is the smooth one,
-``1 / (n c_max L + mu)`` (``default_step``). With ``nu =
-0`` in a ball, ``F`` is not smooth (its best response jumps as the order of
-the losses changes) and a constant step of that size does not converge: on
-breast cancer at k = 20 and radius 1 it ends above ``F(0)``. There the
-default is the smaller of it and the subgradient method's constant step for
-the budget, ``B / (n c_max G sqrt(T))`` (``G`` the rows' gradient bound over
-the ball, ``model.grad_bound``; ``n c_max G`` bounds the estimators' norm;
-``T`` the steps the budget allows), whose error after T steps is
-``O(B n c_max G / sqrt(T))`` (e.g. Nesterov 2004, Theorem 3.2.2). ``lr_scale``
-multiplies the default (``plugins.lib.steps``); ``lr_default`` is logged
-unscaled beside the ``lr`` in use. ``lr_smooth_`` keeps the smooth step before
-that cap (``sgd``'s schedules start from it).
-
-On the paper's problem on Boston (k = 20, ``nu = mu = 0``, radius 1) the tuning
-protocol's multiplier of this default is 27 for Prospect and LSVRG
-(``tools/step_table.py``): ``G`` is the worst case over the ball of every
-row's gradient and ``n c_max G`` the worst case of the estimator, where the
-rows that carry weight near the optimum have far smaller gradients. No
-theory of these methods at ``nu = 0`` gives a larger step, so the default
-stays the subgradient method's.
+**The default step** (``default_step``): ``1 / (n c_max L + mu)`` when ``F`` is
+smooth (``nu > 0`` or no ball); with ``nu = 0`` in a ball, at most the
+subgradient method's constant step for the budget, ``B / (n c_max G sqrt(T))``
+(Nesterov 2004, Theorem 3.2.2). ``lr_scale`` multiplies it (``plugins.lib.steps``);
+``lr_default`` is logged unscaled; ``lr_smooth_`` keeps the smooth step.
 
 **Counters** (``docs/tracking.md``, Counters): ``counts_[0]`` data points
 (rows evaluated at a point, once per step), ``counts_[1]`` per-row gradients
 formed; the kernels write them, ``_sync`` copies them to ``data_points`` and
 ``grad_evals``.
+
+Derivation: docs/algorithms.md, "Any model under every solver" and "The row
+solvers' default step".
 """
 
 from __future__ import annotations
