@@ -460,15 +460,16 @@ def first_bad(w: np.ndarray) -> str:
 def why_no_theory_bound(pp: PPlayer, wp: WPlayer, model: Model, rounds: int) -> str | None:
     """Why the theorem's bound (``theory_bound``) does not hold for this run, or
     None when it does. The theorem needs losses in [0, 1] that are convex in
-    ``w``: a model that clips (a ``loss_scale`` below its proven bound, declared
-    by ``clips_``, or losses already clipped, ``n_clipped``) hands the players
+    ``w``: a model that clips (a ``scale_`` below its optional ``loss_bound``,
+    or losses already clipped, ``n_clipped``) hands the players
     ``min(L, 1)``, which is not convex, while the gap is measured on the
     unclipped losses. It needs both players' regret bounds (each player's
     docstring names the assumptions of its own)."""
-    if getattr(model, "clips_", False) or int(getattr(model, "n_clipped", 0)):
-        bound = getattr(model, "loss_bound_", None)
+    bound = float(getattr(model, "loss_bound", math.inf))
+    below_bound = math.isfinite(bound) and float(model.scale_) < bound
+    if below_bound or int(model.n_clipped):
         below = (f" (loss_scale {float(model.scale_):.4g} below its proven bound "
-                 f"{float(bound):.4g})" if bound is not None else "")
+                 f"{bound:.4g})" if below_bound else "")
         return (f"the model clips losses{below}: the players see min(L, 1), not convex in w, "
                 "so the theorem does not apply")
     for role, player in (("p-player", pp), ("w-player", wp)):

@@ -311,6 +311,10 @@ class Model(Protocol):
     grad_bound: float
     #: losses clipped at 1 so far (a user-set scale below the proven bound)
     n_clipped: int
+    # Optional: ``loss_bound: float``, set by ``setup``: a bound on every raw
+    # (unscaled) per-row loss over the ball ``||w|| <= radius`` of ``setup``
+    # (absent: none known). SGD's theory schedule on the nonsmooth problem
+    # (nu = 0) needs it to bound tau; a ``scale_`` below it clips losses.
 
     def setup(self, dataset: Dataset, radius: float) -> dict[str, float]:
         ...

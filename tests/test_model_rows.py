@@ -128,7 +128,7 @@ def test_row_roles_are_never_clipped(label):
     # the clip count alone, and their gradient is the unclipped one (rtol 1e-12)
     ref, data, rng = problem(label, 20, seed=3)
     name, params = CASES[label]
-    model = REGISTRY.build("model", name, **params, loss_scale=0.05 * ref.loss_bound_)
+    model = REGISTRY.build("model", name, **params, loss_scale=0.05 * ref.loss_bound)
     model.setup(data, 2.0)
     rows = row_roles(model)
     w = rng.normal(size=model.n_params)

@@ -190,7 +190,7 @@ def test_worst_direction_is_the_row_maximum(real_data, name):
         w = w_star + 0.05 * rng.normal(size=w_star.size)
         w *= radius / np.linalg.norm(w)
         assert m.raw_losses(w, X[i:i + 1], y[i:i + 1])[0] <= best + 1e-12
-    assert best <= m.loss_bound_
+    assert best <= m.loss_bound
 
 
 def test_declared_bound_is_the_documented_formula(real_data):
@@ -202,8 +202,8 @@ def test_declared_bound_is_the_documented_formula(real_data):
             bound = (2.0 * R + float(np.max(np.abs(data.y)))) ** 2
         else:
             bound = math.log(data.n_classes) + math.sqrt(2.0) * 2.0 * R
-        assert m.loss_bound_ == pytest.approx(bound, rel=1e-12)
-        assert m.scale_ == m.loss_bound_
+        assert m.loss_bound == pytest.approx(bound, rel=1e-12)
+        assert m.scale_ == m.loss_bound
 
 
 # ---------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_user_scale_clips_at_one_and_counts(model, rows):
     rng = np.random.default_rng(4)
     data = tiny_dataset(model, rows, 3, rng, n_classes=2)
     ref = built(model, data, 3.0)
-    scale = 0.3 * ref.loss_bound_
+    scale = 0.3 * ref.loss_bound
     m = built(model, data, 3.0, loss_scale=scale)
     assert m.clips_ and m.scale_ == scale and m.n_clipped == 0
     X, y = data.X, data.y

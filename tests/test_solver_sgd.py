@@ -180,7 +180,7 @@ def _dense_sgd(problem, lr, tau_lr, batch, rows, schedule="constant", t0=math.in
     lo, hi = -math.inf, math.inf
     if math.isfinite(problem.radius):
         lo = -problem.nu * (n * caps.max() - 1.0)
-        hi = model.loss_bound_ / model.scale_ + problem.nu
+        hi = model.loss_bound / model.scale_ + problem.nu
     w, tau = np.zeros(problem.n_params), 0.0
     avg, total = np.zeros_like(w), 0.0
     for t, start in enumerate(range(0, rows.size, batch)):
@@ -401,7 +401,7 @@ def test_default_steps_and_log():
     model = paper.model
     logged = SGD().setup(paper, 0)
     assert logged["lr"] == pytest.approx(2.0 / (8 * model.grad_bound + paper.mu), rel=1e-12)
-    assert logged["tau_lr"] == pytest.approx(model.loss_bound_ / model.scale_ / 7, rel=1e-12)
+    assert logged["tau_lr"] == pytest.approx(model.loss_bound / model.scale_ / 7, rel=1e-12)
     assert logged["t0"] == 1.0
     logged = SGD(lr=0.5, tau_lr=0.1, batch=4).setup(problem, 0)
     assert (logged["lr"], logged["tau_lr"], logged["batch"]) == (0.5, 0.1, 4)

@@ -46,7 +46,7 @@ class _ScaledLoss:
         self.loss_scale = loss_scale
 
     def _set_scale(self, bound: float, grad_bound_raw: float) -> dict[str, float]:
-        self.loss_bound_ = bound
+        self.loss_bound = bound
         self.scale_ = bound if self.loss_scale is None else float(self.loss_scale)
         self.clips_ = self.scale_ < bound
         self.grad_bound = grad_bound_raw / self.scale_

@@ -225,7 +225,7 @@ class SGD(RowSolver):
         radius = float(problem.radius)
         spread = n * float(np.max(self.caps_))
         schedule = self.schedule
-        bound = float(getattr(problem.model, "loss_bound_", math.inf)) / problem.scale
+        bound = float(getattr(problem.model, "loss_bound", math.inf)) / problem.scale
         grad_bound = float(problem.model.grad_bound)
         self.tau_lo_, self.tau_hi_ = -math.inf, math.inf
         if math.isfinite(radius) and math.isfinite(bound):

@@ -48,6 +48,7 @@ class HuberLinear:
         top = radius * self.R_ + float(np.max(np.abs(dataset.y)))
         self.scale_ = max(float(huber(np.array(top), self.delta)), 1e-12)
         self.grad_bound = min(self.delta, top) * self.R_ / self.scale_
+        self.loss_bound = self.scale_  # every raw loss over the ball is at most the scale
         self.n_clipped = 0
         return {"loss_scale": self.scale_, "grad_bound": self.grad_bound}
 

@@ -53,6 +53,7 @@ class OvRSquaredHinge:
         self.R_ = math.sqrt(float(np.max(np.einsum("ij,ij->i", X, X))) + 1.0)
         self.scale_ = (math.sqrt(self.C_) + radius * self.R_) ** 2
         self.grad_bound = self.row_grad_bound(X, dataset.y, radius)
+        self.loss_bound = self.scale_  # every raw loss over the ball is at most the scale
         self.n_clipped = 0
         return {"loss_scale": self.scale_, "grad_bound": self.grad_bound}
 
