@@ -52,16 +52,16 @@ class Exp4MPState(NamedTuple):
 class Exp4MP:
     """EXP4.MP with semi-bandit feedback on ``S_{n,k}`` (Algorithm 2, Theorem 4.1 ``th:topk``).
 
-        Each round projects the weights onto the k-set mixed with uniform (Lines
-        3-10), draws k rows with ``P[i in I_t] = k p_i`` (Line 11) and raises the
-        log-weights by ``eta * (L_hat + c U / sqrt(n T))`` (Lines 13-15).
-        ``confidence="all"`` (default) adds the confidence term to every row outside
-        ``J_t`` as the proof (Appendix C) does; ``"sampled"`` as the algorithm box.
-        Defaults (Theorem 4.1): ``gamma = sqrt(n log(n/k) / (k T))``, ``eta = k gamma
-        / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``. O(n) per round.
-        ``regret_bound``: ``th:EXP4.MP`` (Appendix C) for the first t rounds, on
-        ``S_{n,k}`` only. Derivation: docs/algorithms.md, "EXP4.MP: the round, the
-        confidence term and the samples".
+    Each round projects the weights onto the k-set mixed with uniform (Lines
+    3-10), draws k rows with ``P[i in I_t] = k p_i`` (Line 11) and raises the
+    log-weights by ``eta * (L_hat + c U / sqrt(n T))`` (Lines 13-15).
+    ``confidence="all"`` (default) adds the confidence term to every row outside
+    ``J_t`` as the proof (Appendix C) does; ``"sampled"`` as the algorithm box.
+    Defaults (Theorem 4.1): ``gamma = sqrt(n log(n/k) / (k T))``, ``eta = k gamma
+    / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``. O(n) per round.
+    ``regret_bound``: ``th:EXP4.MP`` (Appendix C) for the first t rounds, on
+    ``S_{n,k}`` only. Derivation: docs/algorithms.md, "EXP4.MP: the round, the
+    confidence term and the samples".
     """
 
     name: ClassVar[str] = "exp4mp"

@@ -20,14 +20,14 @@ from plugins.solvers.row_solver import RowSolver
 class LSVRG(RowSolver):
     """LSVRG of Mehta et al. (2023) on ``F`` (``harness.problem``).
 
-        LSVRG (Mehta et al., AISTATS 2023): every n steps an anchor ``w~`` with its
-        best response ``q~`` and full weighted gradient ``g~``; each step one
-        uniformly drawn row, ``w <- w - lr (n sigma_j (g - g~_j) + g~ + mu w)``, then,
-        with a finite radius, a projection onto the ball. Default step ``1 / (c n
-        sigma_max L + mu)``, ``sigma_max = max_i c_i``, ``c = 1`` (as Prospect's).
-        ``counts_``: data points, gradients, steps since the anchor, steps.
-        Derivation: docs/algorithms.md, "LSVRG: the step, its default and its
-        counters".
+    LSVRG (Mehta et al., AISTATS 2023): every n steps an anchor ``w~`` with its
+    best response ``q~`` and full weighted gradient ``g~``; each step one
+    uniformly drawn row, ``w <- w - lr (n sigma_j (g - g~_j) + g~ + mu w)``, then,
+    with a finite radius, a projection onto the ball. Default step ``1 / (c n
+    sigma_max L + mu)``, ``sigma_max = max_i c_i``, ``c = 1`` (as Prospect's).
+    ``counts_``: data points, gradients, steps since the anchor, steps.
+    Derivation: docs/algorithms.md, "LSVRG: the step, its default and its
+    counters".
     """
 
     name: ClassVar[str] = "lsvrg"

@@ -21,15 +21,15 @@ from plugins.solvers.row_solver import RowSolver
 class Prospect(RowSolver):
     """Algorithm 1 of Mehta et al. (2024) on ``F`` (``harness.problem``).
 
-        Prospect (Mehta et al., ICLR 2024, Algorithm 1): one uniformly drawn row per
-        step against the best response ``q(l)`` to a table of the rows' last losses,
-        with a proximal step on ``(mu/2)||w||^2`` and, with a finite radius, a
-        projection onto the ball. A step costs O(p + log n)
-        (``plugins.solvers.best_response``). Default step ``1 / (c n sigma_max L +
-        mu)``, ``sigma_max = max_i c_i``, ``c = 1`` (``row_solver.STEP_CONSTANT``).
-        ``counts_``: data points, gradients, steps.
-        Derivation: docs/algorithms.md, "Prospect: the step, its default and its
-        counters".
+    Prospect (Mehta et al., ICLR 2024, Algorithm 1): one uniformly drawn row per
+    step against the best response ``q(l)`` to a table of the rows' last losses,
+    with a proximal step on ``(mu/2)||w||^2`` and, with a finite radius, a
+    projection onto the ball. A step costs O(p + log n)
+    (``plugins.solvers.best_response``). Default step ``1 / (c n sigma_max L +
+    mu)``, ``sigma_max = max_i c_i``, ``c = 1`` (``row_solver.STEP_CONSTANT``).
+    ``counts_``: data points, gradients, steps.
+    Derivation: docs/algorithms.md, "Prospect: the step, its default and its
+    counters".
     """
 
     name: ClassVar[str] = "prospect"
