@@ -82,7 +82,8 @@ def test_importing_the_cli_and_the_plugins_loads_no_heavy_package(tmp_path):
         import harness, harness.cli
         from harness.registry import default_registry
         default_registry()
-        import plugins.tracking.mlflow_runs, plugins.tracking.records, plugins.metrics.reference
+        import plugins.tracking.mlflow_runs, plugins.tracking.mlflow_records
+        import plugins.metrics.reference
         print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))
     """, tmp_path)
     assert proc.returncode == 0, proc.stderr

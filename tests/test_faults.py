@@ -26,7 +26,7 @@ from harness.protocols import refusal
 from harness.registry import Registry
 from plugins.models.glm import LogisticCEL
 from plugins.p_players.exp4mp import Exp4MP
-from plugins.tracking import pending as pending_records
+from plugins.tracking import mlflow_pending as pending_records
 from plugins.w_players.ogd import OGD
 
 from conftest import game_cfg

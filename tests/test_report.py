@@ -11,8 +11,8 @@ import pytest
 
 import harness
 from harness import report
-from plugins.tracking.records import REPORT_TAG
-from plugins.tracking.sweeps import SWEEP_TAG
+from plugins.tracking.mlflow_records import REPORT_TAG
+from plugins.tracking.mlflow_sweeps import SWEEP_TAG
 
 from conftest import game_cfg
 

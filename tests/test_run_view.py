@@ -17,7 +17,7 @@ from harness import cli
 from harness.context import RunView
 from harness.game import TIMING_METRICS
 from plugins.metrics import reference
-from plugins.tracking import mlflow_runs, sweeps
+from plugins.tracking import mlflow_runs, mlflow_sweeps
 
 REPO = Path(harness.__file__).resolve().parents[1]
 
@@ -240,7 +240,7 @@ def test_the_tracker_says_where_the_run_is_and_that_it_was_killed():
 
 
 def test_sweep_record_is_empty_outside_a_multirun():
-    assert sweeps.sweep_record() == {}
+    assert mlflow_sweeps.sweep_record() == {}
     assert not hasattr(cli, "sweep_record")
 
 
@@ -280,7 +280,7 @@ def test_the_core_imports_no_plugin_module():
     assert not found, "\n".join(found)
 
 
-#: a plugin module's dotted name (``plugins.tracking.sweeps``), not ``docs/plugins.md``
+#: a plugin module's dotted name (``plugins.tracking.mlflow_sweeps``), not ``docs/plugins.md``
 PLUGIN_NAME = re.compile(r"(?<![\w/])plugins\.(?!md\b)\w")
 
 
@@ -312,9 +312,9 @@ def test_the_core_names_no_plugin_outside_docstrings_and_comments():
 
 def test_the_scan_of_the_core_sees_a_plugin_name_in_code():
     # the scan above would catch a name in a string or an attribute chain
-    code = '''"""Docstring naming plugins.tracking.sweeps is fine."""
+    code = '''"""Docstring naming plugins.tracking.mlflow_sweeps is fine."""
 BUILTINS = ("plugins.sets.kset",)
-# a comment naming plugins.tracking.sweeps is fine
+# a comment naming plugins.tracking.mlflow_sweeps is fine
 HOOK = "plugins.tracking.mlflow_worker:prestart"
 see = "docs/plugins.md"
 '''

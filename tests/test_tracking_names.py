@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 import harness
 from plugins.tracking.mlflow_runs import CONFIG_KEY_TAG, AlreadyFinished
 from plugins.tracking.mlflow_store import EXPERIMENT_KIND
-from plugins.tracking.sweeps import sweep_name
+from plugins.tracking.mlflow_sweeps import sweep_name
 from tests.conftest import game_cfg
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import report, tune
-from plugins.tracking.sweeps import SWEEP_TAG
+from plugins.tracking.mlflow_sweeps import SWEEP_TAG
 
 from conftest import run_harness_cli
 

@@ -8,7 +8,7 @@ record the store takes. A run resumed after an interrupt sends what its
 interrupted run left first. What is still there when the run ends is sent
 with::
 
-    python -m plugins.tracking.pending replay FILE
+    python -m plugins.tracking.mlflow_pending replay FILE
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def left_over(context, handle: dict[str, Any]) -> None:
         path = pending_file(context, handle)
         print(f"minimax-bench: {len(handle['pending'])} record(s) of run {handle['run_id']} "
               f"could not be sent to {handle['uri']}; they are kept in {path}. Send them "
-              f"with:  python -m plugins.tracking.pending replay {path}", file=sys.stderr)
+              f"with:  python -m plugins.tracking.mlflow_pending replay {path}", file=sys.stderr)
 
 
 def replay(path: str | Path) -> int:
@@ -116,5 +116,5 @@ def replay(path: str | Path) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "replay":
-        sys.exit("usage: python -m plugins.tracking.pending replay PENDING_FILE")
+        sys.exit("usage: python -m plugins.tracking.mlflow_pending replay PENDING_FILE")
     print(f"sent {replay(sys.argv[2])} record(s)")

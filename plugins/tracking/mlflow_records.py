@@ -4,7 +4,7 @@
 ``harness.runs.RunRecord``: params and tags as logged, metric histories read
 on first access (the report reads those of the runs it keeps only), the sweep
 a run ran in (its parent run, ``mlflow.parentRunId``), and a sweep's own
-record (the parent run ``plugins.tracking.sweeps`` made: tag ``SWEEP_TAG``,
+record (the parent run ``plugins.tracking.mlflow_sweeps`` made: tag ``SWEEP_TAG``,
 its overrides, its artifacts such as a tuning sweep's ``tuning.json``).
 ``save_report`` logs the report's files as artifacts of the sweep's parent run
 (``report/``), or of a summary run (tag ``REPORT_TAG``) when the report
@@ -24,7 +24,7 @@ import numpy as np
 import harness
 from harness.runs import History, RunRecord
 from plugins.tracking import mlflow_store
-from plugins.tracking.sweeps import OVERRIDES_TAG, SWEEP_TAG
+from plugins.tracking.mlflow_sweeps import OVERRIDES_TAG, SWEEP_TAG
 
 #: the tag of a report's summary run
 REPORT_TAG = "minimax_bench_report"

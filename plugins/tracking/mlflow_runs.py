@@ -10,8 +10,8 @@ or files runs in is tagged a model-training experiment
 its GenAI overview). The store is opened at the tracker's run start
 (``plugins.tracking.mlflow_store``); an unreachable tracking server stops a
 run before it computes anything, and a server that fails mid-run loses no
-checkpoint (``plugins.tracking.pending``). Inside a multirun, the run files
-under its sweep's experiment and parent run (``plugins.tracking.sweeps``).
+checkpoint (``plugins.tracking.mlflow_pending``). Inside a multirun, the run files
+under its sweep's experiment and parent run (``plugins.tracking.mlflow_sweeps``).
 
 Every run is tagged ``config_key``, the key of its game's resolved
 parameters (seed included; the key of its saved state, ``harness.state``).
@@ -33,9 +33,9 @@ from typing import Any
 import harness
 from harness import ConfigError, state, tune
 from harness.params import validate
-from plugins.tracking import mlflow_store, pending
+from plugins.tracking import mlflow_pending, mlflow_store
 from plugins.tracking.mlflow_store import PARAMS
-from plugins.tracking.sweeps import run_experiment
+from plugins.tracking.mlflow_sweeps import run_experiment
 
 #: the run tag holding the key of the run's resolved parameters (``harness.state.key``)
 CONFIG_KEY_TAG = "config_key"
@@ -152,7 +152,7 @@ def _start(context, settings: dict[str, Any]) -> None:
         client.update_run(resumed["run_id"], status="RUNNING")
         handle = {**resumed, "client": client, "pending": []}
         context.state["mlflow"] = handle
-        pending.take_over(context, handle)
+        mlflow_pending.take_over(context, handle)
         try:
             last = _last_step(client, handle["run_id"])
         except Exception:  # noqa: BLE001 - the store failed again: what is buffered decides
@@ -202,7 +202,7 @@ def on_checkpoint(context, step: int, metrics: Mapping[str, float]):
         return
     record = {"step": int(step), "timestamp": int(time.time() * 1000),
               "metrics": {k: float(v) for k, v in metrics.items()}}
-    pending.send(context, handle, record)
+    mlflow_pending.send(context, handle, record)
 
 
 @harness.hookimpl
@@ -210,8 +210,8 @@ def on_run_end(context, status: str, metrics: Mapping[str, Any]):
     handle = context.state.get("mlflow")
     if handle is None:
         return
-    pending.send(context, handle, {"status": status})
-    pending.left_over(context, handle)
+    mlflow_pending.send(context, handle, {"status": status})
+    mlflow_pending.left_over(context, handle)
 
 
 @harness.hookimpl(trylast=True)
