@@ -361,10 +361,8 @@ class AdaCVaR:
             self.rows_ = np.array([_row_at(self.state_.cdf, rng.random())])
             self.weights_ = np.ones(1)
         else:
-            subset = K.sample(self.p_, rng).rows
-            drawn = subset[rng.integers(0, subset.size, size=self.b_)]
-            self.rows_, counts = np.unique(drawn, return_counts=True)
-            self.weights_ = counts / self.b_
+            subset = np.ascontiguousarray(K.sample(self.p_, rng).rows, dtype=np.int64)
+            self.rows_, self.weights_ = _picks(subset, self.b_, rng)
         # a copy: observe updates p in place
         return Proposal(self.rows_, self.weights_, self.all_rows_, self.p_.copy())
 
@@ -433,6 +431,13 @@ def adacvar_propose(ps, ks, rng):  # pragma: no cover - compiled
         rows[0] = _row_at(ps.cdf, rng.random())
         return rows, np.ones(1)
     subset, _ = capped_set_sample(ks, p, rng)
+    return _picks(subset, b, rng)
+
+
+@njit(cache=True, error_model="numpy")
+def _picks(subset, b, rng):  # pragma: no cover - compiled
+    """``b`` uniform picks from the k-subset (Curi et al. 2020, Algorithm 1):
+    the distinct rows in increasing order, weights their counts over ``b``."""
     drawn = np.empty(b, dtype=np.int64)
     for j in range(b):
         drawn[j] = subset[rng.integers(0, subset.size)]

@@ -110,6 +110,7 @@ class StochasticAFL:
                                 2.0 / math.sqrt(horizon * self.lambda_variance_))
         self.lam_ = np.full(n, 1.0 / n)
         self.all_rows_ = np.arange(n)
+        self.perm_ = np.arange(n, dtype=np.int64)
         self.zeros_ = np.zeros(k)  # the lambda sample's rows have no batch weight
         caps = constraint.row_caps()
         self.set_state_ = self.state_ = None
@@ -118,7 +119,7 @@ class StochasticAFL:
             self.set_state_ = capped_set_state(caps, k, "depround",
                                                abs(float(caps.sum()) - 1.0) <= 1e-12)
             self.state_ = SAFLState(self.lam_, np.empty(n), self.all_rows_,
-                                    float(self.eta_ * n / k), np.arange(n, dtype=np.int64),
+                                    float(self.eta_ * n / k), self.perm_,
                                     np.sort(self.lam_),
                                     bool(np.all(caps == caps[0])), np.empty(n), np.empty(n))
         return {"eta": self.eta_}
@@ -135,9 +136,11 @@ class StochasticAFL:
     def propose(self, rng: np.random.Generator) -> Proposal:
         K = self.constraint_
         for_w, mult = K.sample(self.lam_, rng)
-        self.for_lambda_ = rng.choice(K.n, size=K.k, replace=False)
-        weights = np.concatenate((mult / K.k, self.zeros_))
-        self.rows_ = rows = np.concatenate((for_w, self.for_lambda_))
+        self.rows_, weights = _with_lambda_rows(
+            np.ascontiguousarray(for_w, dtype=np.int64), np.ascontiguousarray(mult), K.k,
+            self.perm_, rng)
+        rows = self.rows_
+        self.for_lambda_ = rows[rows.size - K.k:]
         # a copy: on a capped simplex observe steps lambda in place
         return Proposal(rows, weights, self.all_rows_, self.lam_.copy())
 
@@ -174,10 +177,16 @@ def safl_propose(ps, ks, rng):  # pragma: no cover - compiled
     """``StochasticAFL.propose``: the w-player's draw ``S ~ lambda_t`` (the set's
     sampler, weights ``m / k``) then k rows ``J`` uniformly without replacement
     (weight 0), in that order, as Appendix E (subsection S-AFL) plays a round."""
-    lam, perm = ps.lam, ps.perm
-    k = ks.k
-    n = lam.size
-    for_w, mult = capped_set_sample(ks, lam, rng)
+    for_w, mult = capped_set_sample(ks, ps.lam, rng)
+    return _with_lambda_rows(for_w, mult, ks.k, ps.perm, rng)
+
+
+@njit(cache=True, error_model="numpy")
+def _with_lambda_rows(for_w, mult, k, perm, rng):  # pragma: no cover - compiled
+    """The round's rows: the w-player's draw ``for_w`` (weights ``mult / k``)
+    then k rows uniformly without replacement (``draws.choice`` on the
+    identity ``perm``, weight 0)."""
+    n = perm.size
     for_lambda = choice(rng, n, k, perm, np.empty(k, dtype=np.int64))
     m = for_w.size
     rows = np.empty(m + k, dtype=np.int64)
