@@ -237,43 +237,16 @@ class AdaCVaR:
     """Ada-CVaR's sampler (Curi, Levy, Jegelka, Krause 2020): exponential weights
     over the n rows whose k-set marginals come from an approximate k-DPP.
 
-    Both variants keep log-weights ``log w`` and the marginals
-    ``m = (1 - gamma) dpp_marginals(w, k) + gamma k / n`` (``sum m = k``, every
-    ``m_i <= 1``), so ``p_t = m / k`` is in ``S_{n,k}``.
-
-    ``variant="authors"`` (the default) is Ada-CVaR as its authors run it
-    (Curi et al. 2020, Algorithm 1, and their released code, sebascuri/adacvar,
-    ``Exp3Sampler`` with ``iid_batch=False``): a k-subset ``S`` with
-    ``P[i in S] = m_i``, then ``batch_size`` rows drawn uniformly with
-    replacement from ``S`` (one row by default: Algorithm 1's learner steps on
-    one sampled point); only those rows are evaluated. The learner steps on the
-    batch mean (batch weights ``m_j / b`` for a row drawn ``m_j`` times). The
-    sampler is EXP3 in loss form on ``1 - L``: ``log w_j -= eta m_j (1 - L_j) /
-    (m_j + eps)`` for each drawn row, dividing by the row's k-subset marginal
-    as their code does. Their defaults: ``eta = sqrt((1/alpha) log(1/alpha) / T)``
-    with ``alpha = k/n`` and T the number of steps (their
-    ``parse_learning_rate``), ``gamma = 0``, ``eps = 0``. With one row per step
-    the row is drawn directly with probability ``m_i / k = p_i`` (the law of a
-    uniform row of ``S``), without materialising ``S``; with ``b > 1`` ``S`` is
-    drawn with the constraint set's sampler (exact marginals ``m``; their code
-    uses numpy's successive sampling, whose marginals only approximate ``m``).
-    The action is ``a_t = p_t``, the mean of ``(1/k) 1_S``. Data points: the
-    distinct rows of the batch, one per round by default (``T = budget``); with
-    ``b > 1`` a row drawn twice counts once, so a run processes at most
-    ``budget`` data points in ``T = budget // b`` rounds.
-
-    ``variant="all_rows"`` is this harness's earlier baseline: all k rows of
-    ``S`` are evaluated every round (k data points, ``T = budget // k``), the
-    w-player's batch weights are ``1/k``, and the update is in gains form,
-    ``log w_i += eta L_i / m_i`` on ``S``. Its defaults follow Exp3.M (Uchiya et
-    al. 2010) without Exp3.M's ``(e - 1)`` factor: ``gamma = sqrt(n log(n/k) /
-    (k T))`` (at most 1/2) and ``eta = k gamma / n``; ``eps`` is unused.
-
-    No regret bound is reported for either variant (``regret_bound`` is None):
-    the estimator has no confidence term and no implicit exploration by
-    default, so at most an expected (pseudo-)regret bound against an oblivious
-    adversary holds, which gives the game neither a high-probability nor an
-    expected gap bound (paper, Appendix A, "Bandit performance measures").
+    Marginals ``m = (1 - gamma) dpp_marginals(w, k) + gamma k / n``, so ``p_t = m / k``
+    is in ``S_{n,k}``. ``variant="authors"`` (default): Curi et al. (2020), Algorithm
+    1, as their code runs it: ``batch_size`` rows (default 1) drawn uniformly from a
+    k-subset with marginals ``m``, EXP3 in loss form on ``1 - L``; their defaults
+    ``eta = sqrt((1/alpha) log(1/alpha) / T)``, ``alpha = k/n``, ``gamma = 0``,
+    ``eps = 0``. ``variant="all_rows"``: all k rows of the subset every round, in
+    gains form, with defaults after Exp3.M (Uchiya et al. 2010), ``gamma = sqrt(n
+    log(n/k) / (k T))`` (at most 1/2), ``eta = k gamma / n``. ``regret_bound`` is
+    None (the paper, Appendix A, "Bandit performance measures").
+    Derivation: docs/algorithms.md, "Ada-CVaR's variants".
     """
 
     name: ClassVar[str] = "adacvar"
