@@ -427,3 +427,29 @@ def test_uniform_draws_numpys_choice(n, b):
     for _ in range(50):
         np.testing.assert_array_equal(pp.propose(mine).rows,
                                       numpys.choice(n, size=b, replace=False))
+
+
+def test_adacvar_and_safl_python_draws_match_numpy_references():
+    # seed 0..4, n = 30, k = 3: Ada-CVaR's b = 3 picks from its k-subset and
+    # S-AFL's round equal numpy's draws from the same generator (np.unique of
+    # rng.integers; rng.choice without replacement), row for row and weight for
+    # weight (exact: the same integers)
+    K = harness.build("constraint_set", "kset", n=30, k=3)
+    pp = harness.build("p_player", "adacvar", batch_size=3)
+    pp.setup(K, 1000)
+    safl = harness.build("p_player", "safl")
+    safl.setup(K, 1000)
+    for seed in range(5):
+        rng, ref = np.random.default_rng(seed), np.random.default_rng(seed)
+        got = pp.propose(rng)
+        subset = K.sample(pp.p_, ref).rows
+        rows, counts = np.unique(subset[ref.integers(0, subset.size, size=3)],
+                                 return_counts=True)
+        np.testing.assert_array_equal(got.rows, rows)
+        np.testing.assert_array_equal(got.weights, counts / 3)
+        got = safl.propose(rng)
+        for_w, mult = K.sample(safl.lam_, ref)
+        for_lambda = ref.choice(K.n, size=K.k, replace=False)
+        np.testing.assert_array_equal(got.rows, np.concatenate((for_w, for_lambda)))
+        np.testing.assert_array_equal(got.weights, np.concatenate((mult / K.k, np.zeros(K.k))))
+        assert rng.random() == ref.random()
