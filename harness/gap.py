@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 ValueGrad = Callable[[np.ndarray], tuple[float, np.ndarray]]
 
@@ -41,9 +42,29 @@ def ball_lower_bound(value: float, grad: np.ndarray, w: np.ndarray, radius: floa
     return value - float(grad @ w) - radius * math.sqrt(float(grad @ grad))
 
 
+@njit(cache=True, error_model="numpy")
+def project_ball_inplace(w, radius):  # pragma: no cover - compiled
+    """``w <- w radius / ||w||`` if ``||w|| > radius`` (the sum of squares in
+    index order); nothing when ``radius`` is infinite. The one projection onto
+    the ball: the solvers' and the w-players' kernels call it, ``project_ball``
+    on a copy."""
+    if radius == np.inf:
+        return
+    s = 0.0
+    for j in range(w.size):
+        s += w[j] * w[j]
+    if s > radius * radius:
+        f = radius / math.sqrt(s)
+        for j in range(w.size):
+            w[j] *= f
+
+
 def project_ball(w: np.ndarray, radius: float) -> np.ndarray:
-    norm = math.sqrt(float(w @ w))
-    return w * (radius / norm) if norm > radius else w
+    """The projection of ``w`` onto ``||.|| <= radius``: ``project_ball_inplace``
+    on a float64 copy."""
+    out = np.array(w, dtype=np.float64)
+    project_ball_inplace(out, float(radius))
+    return out
 
 
 @dataclass

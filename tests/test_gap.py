@@ -152,7 +152,10 @@ def test_ball_lower_bound_on_a_quadratic_with_known_minimum():
 def test_project_ball():
     w = np.array([3.0, 4.0])
     np.testing.assert_allclose(project_ball(w, 1.0), [0.6, 0.8], rtol=1e-15)
-    assert project_ball(w, 5.0) is w
+    inside = project_ball(w, 5.0)
+    np.testing.assert_array_equal(inside, w)
+    assert inside is not w  # a copy: the caller's vector is never written
+    np.testing.assert_array_equal(project_ball(w, np.inf), w)
 
 
 # ---------------------------------------------------------------------------

@@ -254,27 +254,17 @@ def extremes(x):  # pragma: no cover - compiled
     return max(max(top0, top1), max(top2, top3)), min(min(low0, low1), min(low2, low3))
 
 
-@njit(cache=True, error_model="numpy")
-def project_ball_inplace(w, radius):  # pragma: no cover - compiled
-    """``w <- w radius / ||w||`` if ``||w|| > radius`` (the sum of squares in
-    index order); nothing when ``radius`` is infinite."""
-    if radius == np.inf:
-        return
-    s = 0.0
-    for j in range(w.size):
-        s += w[j] * w[j]
-    if s > radius * radius:
-        f = radius / math.sqrt(s)
-        for j in range(w.size):
-            w[j] *= f
+def row_sq_norms(X, chunk: int = 65536):
+    """``(start, ||x_i||^2 for the rows start..start + chunk)`` over the rows of
+    ``X`` (an array or a memory map), read ``chunk`` rows at a time; empty
+    blocks skipped."""
+    for start in range(0, X.shape[0], chunk):
+        block = np.asarray(X[start:start + chunk], dtype=np.float64)
+        if block.size:
+            yield start, np.einsum("ij,ij->i", block, block)
 
 
 def max_row_sq_norm(X, chunk: int = 65536) -> float:
     """``max_i ||x_i||^2`` over the rows of ``X`` (an array or a memory map),
     read ``chunk`` rows at a time."""
-    best = 0.0
-    for start in range(0, X.shape[0], chunk):
-        block = np.asarray(X[start:start + chunk], dtype=np.float64)
-        if block.size:
-            best = max(best, float(np.max(np.einsum("ij,ij->i", block, block))))
-    return best
+    return max((float(np.max(sq)) for _, sq in row_sq_norms(X, chunk)), default=0.0)

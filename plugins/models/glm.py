@@ -31,7 +31,7 @@ from numba import njit
 import harness
 from harness import Param, stream
 from harness.engine import Compiled, replaces
-from plugins.lib.vecmath import max_row_sq_norm, vexp, vlog
+from plugins.lib.vecmath import max_row_sq_norm, row_sq_norms, vexp, vlog
 
 _SCALE = Param(float, low=0.0, low_open=True, nullable=True,
                doc="divide losses by this; None: the proven bound (no clipping)")
@@ -170,12 +170,10 @@ class LinearMSE(_ScaledLoss):
         """``max_i 2 (radius ||x_i'|| + |y_i|) ||x_i'|| / scale``: the gradient is
         ``2 r x'`` with ``|r| = |<w, x'> - y| <= ||w|| ||x'|| + |y|``."""
         best, one = 0.0, 1.0 if self.bias else 0.0
-        for start in range(0, X.shape[0], chunk):
-            block = np.asarray(X[start:start + chunk], dtype=np.float64)
-            if block.size:
-                norms = np.sqrt(np.einsum("ij,ij->i", block, block) + one)
-                target = np.abs(np.asarray(y[start:start + chunk], dtype=np.float64))
-                best = max(best, float(np.max(2.0 * (radius * norms + target) * norms)))
+        for start, sq in row_sq_norms(X, chunk):
+            norms = np.sqrt(sq + one)
+            target = np.abs(np.asarray(y[start:start + sq.size], dtype=np.float64))
+            best = max(best, float(np.max(2.0 * (radius * norms + target) * norms)))
         return best / self.scale_
 
     def cvx_raw_losses(self, w, X, y):

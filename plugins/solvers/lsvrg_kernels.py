@@ -7,8 +7,8 @@ row kernels). Importing this module as itself raises ImportError."""
 
 import numpy as np
 
+from harness.gap import project_ball_inplace
 from harness.kernels import guard
-from plugins.lib.vecmath import project_ball_inplace
 from plugins.solvers.best_response import best_response_dense
 
 guard(globals(), ("njit", "m_row_loss", "m_row_grad", "m_row_scratch"), __name__)

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
+from harness.gap import project_ball_inplace
 from harness.kernels import guard
-from plugins.lib.vecmath import project_ball_inplace
 from plugins.solvers.sgd import ru_weight
 
 guard(globals(), ("njit", "m_row_loss", "m_row_grad", "m_row_scratch"), __name__)

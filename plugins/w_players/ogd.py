@@ -11,8 +11,8 @@ from numba import njit
 import harness
 from harness import Param
 from harness.engine import Compiled, replaces
+from harness.gap import project_ball_inplace
 from plugins.lib.steps import scale_param, scaled_step
-from plugins.lib.vecmath import project_ball_inplace
 
 
 class OGDState(NamedTuple):
