@@ -1,66 +1,20 @@
 """``exp`` and ``log`` of a float64 in plain arithmetic, so that a numba loop
 calling them vectorises.
 
-numba compiles ``np.exp``, ``np.log``, ``math.exp`` and ``math.log`` to calls
-of libm's scalar functions (llvmlite has no SVML here), and a loop that calls a
-function is never vectorised: ``for i in range(n): out[i] = np.exp(x[i])``
-runs one element at a time. ``vexp`` and ``vlog`` are made of additions,
-multiplications, one division (``vlog``), integer bit operations and selects
-only; they are inlined into the caller (``inline="always"``, at the numba-IR
-level: LLVM's own inliner declines ``vlog`` as too large) and LLVM vectorises
-the loop around them with packed instructions (``<8 x double>`` on AVX-512,
-``<4 x double>`` on AVX2). No fastmath flag is needed, by the callers or here.
-Beside them, ``extremes``: the largest and smallest entries (NaN if any is) in
-four interleaved scans, which a compiler without fastmath cannot otherwise
-overlap. And the two vector chores every kind shares: the Euclidean ball
-projection (``project_ball_inplace``, the w-players' and the solvers' last
-step) and the largest squared row norm of a data set (``max_row_sq_norm``, read
-in chunks from a memory map).
-
-* ``vexp``: ``x = k ln2 + r`` with ``k = rint(x / ln2)`` (rounded by adding
-  ``1.5 * 2**52``, whose bits then hold ``k`` as an integer) and ``ln2`` split
-  Cody-Waite style into a 32-bit ``hi`` (``k * hi`` exact) and a ``lo``; the
-  rounding error of ``r`` is carried as a correction. ``exp(r)`` on
-  ``|r| <= ln2/2`` is the Taylor polynomial of degree 13 (truncation below
-  ``2**-57`` relative), evaluated by Estrin's scheme, ``1 + r`` summed exactly
-  (Fast2Sum). The result is scaled by ``2**h * 2**(k - h)``, ``h = k >> 1``,
-  each factor built by bit-casting ``(h + 1023) << 52``: one rounding only,
-  so results in the subnormal range are graded, not flushed.
-* ``vlog``: ``x = 2**e m`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` read off the
-  bits (subnormal ``x`` first scaled by ``2**52``); with ``f = m - 1`` and
-  ``s = f / (2 + f)``, ``log(m) = 2 atanh(s) = f - f**2/2 + s (f**2/2 + R)``,
-  ``R`` the atanh series in ``s**2`` (ten terms, truncation below ``2**-60``).
-  ``f**2/2`` is formed exactly enough by splitting ``f`` into 25 high bits and
-  the rest, and ``e ln2_hi + (f - f**2/2)`` is summed exactly (Fast2Sum), so
-  only the last addition rounds at full weight.
-
-Accuracy, measured (``tests/test_vecmath.py``: 10**6 random points per range,
-checked against 80-bit long double and, on subsamples, mpmath): ``vexp`` is
-within 0.67 ulp of the exact value for normal results and within 0.78 units of
-``2**-1074`` for subnormal ones; ``vlog`` within 0.68 ulp, the worst cases near
-``x = 0.7`` and ``1.4`` (0.55 ulp over ``[1e-300, 1e300]``, 0.5 on subnormal and
-huge ``x``). These are sampled maxima, not proven bounds. Both stay within one
-ulp of the correctly rounded value but do not always equal it: about 1.5% of
-``vexp`` results and 1% of ``vlog`` results on ``[0.5, 2]`` are one ulp off it,
-and ``vexp`` differs from ``np.exp`` (itself not correctly rounded) in the last
-bit on about 5% of arguments, ``vlog`` from ``np.log`` on about 1% of ``[0.5,
-2]``. Switching a kernel from ``np.exp`` / ``np.log`` to these changes its last
-bits. The results do not depend on the instruction set (checked: the same
-bits from SSE2, AVX2 and AVX-512 code; no multiply-add is fused). Special values are those of
-``np.exp`` and ``np.log`` exactly: ``vexp(0) == 1``, ``vlog(1) == 0``, overflow
-to ``inf`` and underflow to ``0`` at the same arguments, ``vlog`` of zero
-``-inf`` and of negatives ``nan``, ``nan`` and infinities as numpy.
-
-Speed, a compiled loop over 569 float64 repeated inside one compiled call (AMD
-EPYC with AVX-512, numba 0.68): ``vexp`` 0.83 us against 2.4 us for ``np.exp``
-in the same loop, ``vlog`` 1.02 us against 1.9 us for ``np.log``; code built for
-AVX2 only takes 1.18 us and 1.45 us. numpy's ``np.exp(x, out=out)`` takes
-0.9 us called from Python, where the compiled loop with ``vexp`` takes 1.06 us
-(the dispatch of a numba call costs about 0.25 us).
+``vexp`` and ``vlog`` are additions, multiplications, one division, integer bit
+operations and selects only, inlined into the caller (``inline="always"``), so
+LLVM vectorises the loop around them with no fastmath flag (numba compiles
+``np.exp`` and ``np.log`` to libm calls, which keep a loop scalar). Measured within
+0.67 ulp (``vexp``) and 0.68 ulp (``vlog``) of the exact value, special values as
+numpy's (``tests/test_vecmath.py``). Beside them ``extremes`` (the largest and
+smallest entries, NaN if any is) and the squared row norms of a data set read
+in chunks (``row_sq_norms``, ``max_row_sq_norm``).
 
 Inlined code is compiled into each caller: a caller cached with ``cache=True``
 in another module keeps the version it was compiled with until its own source
 file changes (numba's cache looks at the caller's file only).
+
+Derivation: docs/algorithms.md, "Shared numerics".
 """
 
 from __future__ import annotations
