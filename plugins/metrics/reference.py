@@ -12,32 +12,16 @@ key computes nothing):
       time_limit: 120  # seconds per solver attempt
       cache_dir: null  # null: $XDG_CACHE_HOME/minimax-bench, else ~/.cache/minimax-bench
 
-``auto`` computes OPT (``plugins.metrics.optimum``) when cvxpy is installed and the
-data set has ``n * d <= max_size``; ``true`` computes it whatever the size
-(and is an error without cvxpy). OPT is computed once per (data, model, loss
-scale, K, B) and cached on disk, keyed by a hash of all of them; a cached
-OPT needs no solver.
-
-At run start (before the tracker logs parameters) the run's params gain
-``opt`` and ``opt_lower``, the two ends of OPT's certified interval
-(``opt_lower <= OPT <= opt``), ``opt_width = opt - opt_lower``,
-``opt_solver``, ``opt_status`` (``solved``, ``cached``, ``skipped`` or
-``failed``) and ``opt_message``. At each checkpoint, if OPT is known, the
-metrics gain ``suboptimality = objective(w) - opt_lower``, a certified upper
-bound on the true ``objective(w) - OPT`` (never negative: it exceeds the truth
-by at most ``opt_width``, the resolution of OPT), ``relative_suboptimality =
-suboptimality / opt`` and ``normalised_suboptimality = suboptimality /
-(F(w_0) - opt_lower)`` with ``w_0`` the run's own starting point (param
-``start_objective = F(w_0)``); if not, nothing is logged and ``opt_message``
-says why. The command's end-of-run summary gains the final suboptimality and
-OPT with its interval (or why it is unavailable).
-
-The trivial solution as a second reference: when OPT is known, the params
-also gain ``trivial_objective``, the objective ``max_{p in K} <L(0), p>`` of
-``w = 0`` (every parameter, bias included, zero: where OGD starts), and
-``trivial_relative_suboptimality = (trivial_objective - OPT) / OPT``. The
-summary shows both, with a warning when the latter is below
-``NEARLY_SOLVED``: such a problem barely separates algorithms.
+``auto`` computes OPT (``plugins.metrics.optimum``) when cvxpy is installed and
+``n * d <= max_size``; ``true`` whatever the size. OPT is cached on disk per
+(data, model, loss scale, K, B). The run's params gain OPT's certified interval
+(``opt_lower <= OPT <= opt``, ``opt_width``), ``opt_solver``, ``opt_status`` and
+``opt_message``, and ``trivial_objective`` of ``w = 0`` with
+``trivial_relative_suboptimality`` (a warning below ``NEARLY_SOLVED``); each
+checkpoint gains ``suboptimality = objective(w) - opt_lower`` (a certified upper
+bound on ``objective(w) - OPT``), ``relative_suboptimality`` and
+``normalised_suboptimality`` (against ``start_objective = F(w_0)``).
+In full: docs/tracking.md, "The exact optimum OPT".
 """
 
 from __future__ import annotations
