@@ -122,6 +122,30 @@ def test_row_roles_agree_with_the_batch_methods(label, n):
 
 
 @pytest.mark.parametrize("label", ["linear_mse", "logistic_cel"])
+def test_whole_data_numpy_path_agrees_with_the_row_kernels(label):
+    # seed 1, n = 3 * BLAS_ROWS, random weights: the numpy methods over all rows
+    # (raw_losses / scale_, value_and_grad: BLAS, what full_batch and OPT read)
+    # equal the row kernels' losses and their weighted sum of gradients at
+    # rtol 1e-12 (atol 1e-14 on the gradient)
+    n = 3 * BLAS_ROWS
+    model, data, rng = problem(label, n, seed=1)
+    rows = row_roles(model)
+    weights = rng.random(n)
+    for _ in range(2):
+        w = random_w(rng, model.n_params, 2.0)
+        value, grad = model.value_and_grad(w, data.X, data.y, weights)
+        raw = model.raw_losses(w, data.X, data.y) / model.scale_
+        total, g_sum = 0.0, np.zeros(model.n_params)
+        for i in range(n):
+            loss, g = rows(data.X, data.y, i, w)
+            assert loss == pytest.approx(raw[i], rel=1e-12)
+            total += weights[i] * loss
+            g_sum += weights[i] * g
+        assert value == pytest.approx(total, rel=1e-12)
+        np.testing.assert_allclose(grad, g_sum, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("label", ["linear_mse", "logistic_cel"])
 def test_row_roles_are_never_clipped(label):
     # a user-set scale of 0.05 x the proven bound clips most batch losses (seed 3,
     # radius 2 on the sphere); the row roles return raw / scale above 1 and leave

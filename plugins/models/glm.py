@@ -17,7 +17,8 @@ What the solvers read (``harness.protocols.Model``): ``row_smoothness`` and
 row roles ``<prefix>_row_loss``/``_row_grad``/``_row_scratch`` beside the game's
 batch roles ``<prefix>_losses``/``_grad`` (Algorithm 1: the mini-batch losses of
 line 4, the gradient of the w-player's step, line 7), both on one per-row
-arithmetic.
+arithmetic. The numpy methods (``raw_losses``, ``value_and_grad``) are the
+whole-data path, BLAS over all n rows (full_batch, OPT); the kernels the per-round, per-row one.
 """
 
 from __future__ import annotations
@@ -57,26 +58,28 @@ class _ScaledLoss:
         """Losses of a batch over the scale, clipped at 1 (and counted) when the
         scale is below the proven bound: the compiled kernel (``kernels``) on the
         batch's rows, so the Python loop computes the bits of the compiled path."""
-        state = self._batch_state()
-        out = self._batch_losses(state, np.ascontiguousarray(w, dtype=np.float64),
+        clipped = np.zeros(1, dtype=np.int64)  # the kernel's ModelState.clipped
+        out = self._batch_losses(self._batch_state(clipped),
+                                 np.ascontiguousarray(w, dtype=np.float64),
                                  np.ascontiguousarray(X, dtype=np.float64),
                                  np.ascontiguousarray(y), np.arange(len(y)))
-        self.n_clipped += int(state[2][0])
+        self.n_clipped += int(clipped[0])
         return out
 
     def grad(self, w, X, y, weights):
         """Gradient of ``sum_i weights_i * loss_i`` (clipped losses have zero
         gradient): the compiled kernel on the batch's rows."""
-        return self._batch_grad(self._batch_state(), np.ascontiguousarray(w, dtype=np.float64),
+        return self._batch_grad(self._batch_state(np.zeros(1, dtype=np.int64)),
+                                np.ascontiguousarray(w, dtype=np.float64),
                                 np.ascontiguousarray(X, dtype=np.float64),
                                 np.ascontiguousarray(y), np.arange(len(y)),
                                 np.ascontiguousarray(weights, dtype=np.float64))
 
-    def _batch_state(self) -> tuple:
+    def _batch_state(self, clipped: np.ndarray) -> tuple:
         """The kernels' state for one batch, a plain tuple of ``ModelState``'s
-        fields (the ``_batch_*`` kernels name them): no scratch, no values kept
-        between calls."""
-        return (float(self.scale_), bool(self.clips_), np.zeros(1, dtype=np.int64),
+        fields (the ``_batch_*`` kernels name them) counting clips in
+        ``clipped``: no scratch, no values kept between calls."""
+        return (float(self.scale_), bool(self.clips_), clipped,
                 int(getattr(self, "C_", 1)), np.empty(0), np.full(1, -1, dtype=np.int64))
 
     def value_and_grad(self, w, X, y, weights):
@@ -154,9 +157,6 @@ class LinearMSE(_ScaledLoss):
         r = self.predict(w, X) - y
         return r * r
 
-    def _raw_grad(self, w, X, y, weights):
-        return self._pack(2.0 * weights * (self.predict(w, X) - y), X)
-
     def _raw_value_and_grad(self, w, X, y, weights):
         r = self.predict(w, X) - y
         return float(weights @ (r * r)), self._pack(2.0 * weights * r, X)
@@ -225,9 +225,6 @@ class LogisticCEL(_ScaledLoss):
     @staticmethod
     def _pack(G, X):
         return np.concatenate((G.T @ X, G.sum(axis=0)[:, None]), axis=1).ravel()
-
-    def _raw_grad(self, w, X, y, weights):
-        return self._pack(self._dz(w, X, y, weights)[1], X)
 
     def _raw_value_and_grad(self, w, X, y, weights):
         logp, G = self._dz(w, X, y, weights)
