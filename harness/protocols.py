@@ -255,6 +255,11 @@ class Solver(Protocol):
         """Run steps until ``data_points >= until`` (a step may overshoot)."""
         ...
 
+    # Optional: ``contract_accuracy: ClassVar[float]`` (2e-2 when absent), the
+    # normalised suboptimality the solver reaches on the contract suite's smooth,
+    # strongly convex problem in 200 passes (``harness.contract``): tight (1e-8)
+    # for a method whose theory converges linearly there, so a model's wrong
+    # gradient shows; the default suits a sublinear method (SGD).
     # Optional: ``q``, a point of K (the solver's dual iterate); when present
     # the checkpoints also report a certified ``dual_gap`` ``F(w) - D(q)``.
 

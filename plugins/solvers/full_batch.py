@@ -73,6 +73,9 @@ class FullBatch:
     smoothing when ``nu = 0``), or L-BFGS without a ball; full passes only."""
 
     name: ClassVar[str] = "full_batch"
+    #: linear convergence on a smooth, strongly convex problem: the contract
+    #: suite's model check asks this accuracy of it (``harness.protocols.Solver``)
+    contract_accuracy: ClassVar[float] = 1e-8
     #: the dual iterate (the ``q`` property) and, with agd, the problem whose q at
     #: ``w`` is still to be measured
     q_: np.ndarray | None = None

@@ -31,6 +31,9 @@ class LSVRG(RowSolver):
     """
 
     name: ClassVar[str] = "lsvrg"
+    #: linear convergence on a smooth, strongly convex problem: the contract
+    #: suite's model check asks this accuracy of it (``harness.protocols.Solver``)
+    contract_accuracy: ClassVar[float] = 1e-8
     template: ClassVar[str] = "plugins.solvers.lsvrg_kernels"
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:

@@ -33,6 +33,9 @@ class Prospect(RowSolver):
     """
 
     name: ClassVar[str] = "prospect"
+    #: linear convergence on a smooth, strongly convex problem: the contract
+    #: suite's model check asks this accuracy of it (``harness.protocols.Solver``)
+    contract_accuracy: ClassVar[float] = 1e-8
     template: ClassVar[str] = "plugins.solvers.prospect_kernels"
     #: the saved state's version (``harness.state``): 1, the best response's
     #: state a ``BRState`` read by field
