@@ -42,28 +42,35 @@ def ball_lower_bound(value: float, grad: np.ndarray, w: np.ndarray, radius: floa
     return value - float(grad @ w) - radius * math.sqrt(float(grad @ grad))
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def scale_into_ball(w, sq_norm, radius):  # pragma: no cover - compiled
+    """``w <- w radius / ||w||`` if ``||w||^2 = sq_norm > radius^2``: the one
+    projection onto the ball, the squared norm summed by the caller (index
+    order in the kernels, BLAS in ``project_ball``)."""
+    if sq_norm > radius * radius:
+        f = radius / math.sqrt(sq_norm)
+        for j in range(w.size):
+            w[j] *= f
+
+
 @njit(cache=True, error_model="numpy")
 def project_ball_inplace(w, radius):  # pragma: no cover - compiled
-    """``w <- w radius / ||w||`` if ``||w|| > radius`` (the sum of squares in
-    index order); nothing when ``radius`` is infinite. The one projection onto
-    the ball: the solvers' and the w-players' kernels call it, ``project_ball``
-    on a copy."""
+    """``scale_into_ball`` with the sum of squares in index order; nothing when
+    ``radius`` is infinite. The solvers' and the w-players' kernels call it."""
     if radius == np.inf:
         return
     s = 0.0
     for j in range(w.size):
         s += w[j] * w[j]
-    if s > radius * radius:
-        f = radius / math.sqrt(s)
-        for j in range(w.size):
-            w[j] *= f
+    scale_into_ball(w, s, radius)
 
 
 def project_ball(w: np.ndarray, radius: float) -> np.ndarray:
-    """The projection of ``w`` onto ``||.|| <= radius``: ``project_ball_inplace``
-    on a float64 copy."""
+    """The projection of ``w`` onto ``||.|| <= radius``: ``scale_into_ball`` on a
+    float64 copy, the squared norm by BLAS (``w @ w``)."""
     out = np.array(w, dtype=np.float64)
-    project_ball_inplace(out, float(radius))
+    if radius != math.inf:
+        scale_into_ball(out, float(out @ out), float(radius))
     return out
 
 
