@@ -28,6 +28,9 @@ from harness.solve import Algorithm, Setting, as_algorithm
 #: top-level values of the game (``budget`` is at least one round's rows)
 GAME_PARAMS: dict[str, Param] = {
     "budget": Param(int, default=1_000_000, low=1, doc="data points processed"),
+    "budget_passes": Param(float, low=0.0, low_open=True, nullable=True,
+                           doc="if set, the budget in passes over the data set: budget = "
+                               "ceil(budget_passes n) data points, in place of budget"),
     "seed": Param(int, default=0, low=0, doc="seed of the game's random generator"),
     "checkpoints": Param(int, default=30, low=1,
                          doc="about this many log-spaced checkpoints (plus each decade)"),
@@ -227,9 +230,12 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
              **solver.names()}
 
     per_round = solver.rows_per_round(constraint)
+    passes = check("the game", "budget_passes", GAME_PARAMS["budget_passes"],
+                   conf.get("budget_passes"))
     budget = check("the game", "budget",
                    dataclasses.replace(GAME_PARAMS["budget"], low=per_round),
-                   conf.get("budget", GAME_PARAMS["budget"].default))
+                   conf.get("budget", GAME_PARAMS["budget"].default) if passes is None
+                   else max(per_round, math.ceil(passes * n)))
     seed = check("the game", "seed", GAME_PARAMS["seed"],
                  conf.get("seed", GAME_PARAMS["seed"].default))
     n_cp = check("the game", "checkpoints", GAME_PARAMS["checkpoints"],
@@ -249,6 +255,8 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
 
     # resolved config values, then every theory-derived value in place of its None
     params: dict[str, Any] = {"budget": budget, "seed": seed, "checkpoints": n_cp}
+    if passes is not None:
+        params["budget_passes"] = passes
     params.update(resolved)
     params.update({"n": n, "d": int(dataset.X.shape[1])})
     params.update(solver.describe(horizon, per_round))

@@ -29,8 +29,8 @@ BUILTINS_GROUP = "minimax_bench.builtins"
 
 #: top-level config keys of the game itself (plugins add blocks of their own)
 CORE_KEYS: frozenset[str] = frozenset({
-    "constraint", "p_player", "w_player", "model", "dataset", "budget", "seed", "checkpoints",
-    "progress", "resume", "state_dir", "engine", "solver", "problem"})
+    "constraint", "p_player", "w_player", "model", "dataset", "budget", "budget_passes", "seed",
+    "checkpoints", "progress", "resume", "state_dir", "engine", "solver", "problem"})
 
 #: set to a non-empty value to skip loading entry-point plugins
 DISABLE_AUTOLOAD_ENV = "MINIMAX_BENCH_DISABLE_PLUGIN_AUTOLOAD"

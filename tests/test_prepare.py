@@ -150,3 +150,13 @@ def test_the_players_setup_is_timed_before_the_clock():
     harness.play(prep)
     assert prep.game.state.compile_time >= 0.05
     assert prep.game.state.wall_time < prep.game.state.compile_time
+
+
+def test_a_budget_in_passes_is_that_many_passes_over_the_data_set():
+    # breast cancer: n = 569 rows; 2.5 passes = ceil(1422.5) data points, recorded as both
+    prep = harness.prepare(game_cfg("solver=full_batch", "constraint.k=5", "budget_passes=2.5",
+                                    "budget=7"))
+    assert prep.budget == 1423 and prep.context.params["budget_passes"] == 2.5
+    assert prep.context.params["budget"] == 1423
+    with pytest.raises(harness.ConfigError, match=r"'budget_passes'.*\(0, inf\).*Got 0"):
+        harness.prepare(game_cfg("solver=full_batch", "budget_passes=0"))
