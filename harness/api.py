@@ -264,6 +264,9 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
     tags = {"algorithm": solver.label, "solver": s_name, "dataset": ds_name,
             "constraint": c_name, "model": m_name, "seed": str(seed),
             "minimax_bench_version": package_version(), **solver.tags()}
+    label = getattr(constraint, "label", None)
+    if callable(label):  # the set's own short name of K (the report's problem names)
+        tags["constraint_label"] = str(label())
     context = RunContext(config=conf, params=params, tags=tags)
     parts = solver.components(dataset, model, constraint, names, problem)
     solver.admit(parts, conf.get("engine", RUN_SWITCHES["engine"].default))

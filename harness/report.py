@@ -39,6 +39,12 @@ split by problem (data set, preparation, k, mu/nu). It writes
   wall seconds to reach relative suboptimality 10 %, 1 %, 0.1 % (normalised
   suboptimality 1e-2, 1e-4, 1e-6) from a start above the target, median over
   seeds ("met at start" where ``w_0`` is within it already);
+* ``passes_to_accuracy.md``, where the runs log the normalised suboptimality:
+  one row per configuration, one column per problem, the passes over the data
+  to normalised suboptimality 1e-6 (the field's table for linearly convergent
+  solvers), median over seeds; ``--x passes`` draws the field's figures
+  (``problem_<dataset>_normalised_suboptimality.png``: passes on a linear axis,
+  the log of the normalised suboptimality, one panel per problem);
 * ``performance_profile.png`` (Dolan and More 2002), where the report has at
   least two problems: per configuration, the fraction of problems it solves
   (``--target-metric`` <= ``--target``) within a factor tau of the best cost;
@@ -169,8 +175,15 @@ def problem_of(params: Mapping[str, str], tags: Mapping[str, str]) -> tuple[str,
     # standard are two problems with two optima)
     prepared = " ".join(params[f"dataset.{key}"] for key in ("scale", "target")
                         if f"dataset.{key}" in params)
+    # a split of the rows is another data set (split=all, every row, is said by nothing)
+    if params.get("dataset.split", "all") != "all":
+        prepared = f"{prepared} {params['dataset.split']}".strip()
     name = f"{dataset} {prepared}" if prepared else dataset
-    name = name if k is None else f"{name} k={k}"
+    label = tags.get("constraint_label")  # the set's own name of K, e.g. "extremile r=2"
+    if label:
+        name = f"{name} {label}"
+    elif k is not None:
+        name = f"{name} k={k}"
     # the regularised problem F (mu, nu; no ball) is another problem than the paper's
     mu, nu = float(params.get("problem.mu", 0)), float(params.get("problem.nu", 0))
     if mu or nu:
@@ -679,7 +692,8 @@ def median_reach(costs: Sequence[float]) -> float:
     return float(np.median(np.asarray(costs, dtype=float))) if len(costs) else float("nan")
 
 
-def _reach_cell(points: Sequence[float], seconds: Sequence[float]) -> str:
+def _reach_cell(points: Sequence[float], seconds: Sequence[float],
+                unit: str = "{:,.0f}") -> str:
     n, k = len(points), int(np.isfinite(points).sum())
     if n == 0:
         return ""
@@ -691,7 +705,7 @@ def _reach_cell(points: Sequence[float], seconds: Sequence[float]) -> str:
     if at_start == n:
         return "met at start"
     wall = median_reach(seconds)
-    cell = f"{median_reach(points):,.0f}" + (f" ({wall:.3g} s)" if np.isfinite(wall) else "")
+    cell = unit.format(median_reach(points)) + (f" ({wall:.3g} s)" if np.isfinite(wall) else "")
     notes = ([] if k == n else [f"{k}/{n} seeds"]) + (
         [f"{at_start}/{n} met at start"] if at_start else [])
     return ", ".join([cell, *notes])
@@ -720,6 +734,41 @@ def time_to_accuracy_table(grouped: dict[str, Curves]) -> str:
                 [first_reach(h, metric, target, "wall_time_s", start=s) for h, s in mine]))
         lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+#: the field's accuracy for linearly convergent solvers: passes to this normalised suboptimality
+PASSES_TARGET = 1e-6
+
+
+def passes_table(grouped: dict[str, Curves], metric: str = "normalised_suboptimality",
+                 target: float = PASSES_TARGET) -> str:
+    """Markdown: one row per configuration, one column per problem; each cell the
+    passes over the data (metric ``passes``) at the first checkpoint where
+    ``metric <= target``, median over seeds (``_reach_cell``'s rules: a seed that
+    never gets there counts as infinitely late); "" where the configuration
+    did not run on that problem. Empty when no run logs ``metric``."""
+    split = split_by_problem(grouped)
+    if not any(metric in h for part in split.values() for c in part.values()
+               for h in c.runs.values()):
+        return ""
+    problems = list(split)
+    lines = ["| configuration | " + " | ".join(problems) + " |",
+             "|---|" + "---|" * len(problems)]
+    for label in sorted(grouped):
+        cells = []
+        for problem in problems:
+            curves = split[problem].get(label)
+            mine = [] if curves is None else [
+                (h, curves.start.get(name, {}).get(metric))
+                for name, h in curves.runs.items() if metric in h]
+            reach = [first_reach(h, metric, target, "passes", start=s) for h, s in mine]
+            cells.append(_reach_cell(reach, [], "{:.3g}"))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (
+        f"\n\npasses over the data to {LABELS.get(metric, metric)} <= {target:g}, median over "
+        "seeds, at the first checkpoint at or below it (it lies between that checkpoint and "
+        "the one before); \"not reached (k/n seeds)\" where at most half of the seeds get "
+        "there within the budget.\n")
 
 
 TIME_TO_ACCURACY_CAPTION = (
@@ -894,6 +943,10 @@ def write_report(grouped: dict[str, Curves], out: Path, title: str,
                                          metric="normalised_suboptimality", x=args.x))
     elif len(problems) > 1:
         files.extend(problem_figures(grouped, out, title, metric="objective", x=args.x))
+    passes = passes_table(grouped)
+    if passes:
+        _write(out / "passes_to_accuracy.md", f"# {title}: passes to accuracy\n\n" + passes,
+               files)
     sections = [(p, time_to_accuracy_table(part)) for p, part in problems.items()]
     if any(table for _, table in sections):
         _write(out / "time_to_accuracy.md", f"# {title}: time to accuracy\n\n" + "\n".join(

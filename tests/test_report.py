@@ -389,3 +389,39 @@ def test_solver_runs_report_normalised_suboptimality_against_passes(tmp_path):
     assert float(row.split("|")[3]) < 1e-3  # 19 passes of Prospect: far below w = 0's 1
     figure = out / "problem_yacht.png"
     assert figure.read_bytes().startswith(PNG)
+
+
+def test_passes_table_gives_each_problem_the_median_passes_to_the_target():
+    def run(problem, passes, norm):
+        steps = np.array([100.0, 200.0, 300.0])
+        return problem, {"passes": (steps, np.array(passes, float)),
+                         "normalised_suboptimality": (steps, np.array(norm, float))}
+
+    prospect, sgd = report.Curves(), report.Curves()
+    for curves, runs in ((prospect, [run("yacht esrm", [1, 2, 3], [1e-2, 1e-7, 1e-9]),
+                                     run("yacht esrm", [1, 2, 3], [1e-2, 1e-5, 5e-7]),
+                                     run("power esrm", [0.5, 1, 1.5], [1e-3, 1e-6, 0])]),
+                         (sgd, [run("yacht esrm", [1, 2, 3], [1e-2, 1e-3, 1e-4])])):
+        for seed, (problem, history) in enumerate(runs):
+            name = f"s{seed}"
+            curves.runs[name], curves.problem[name] = history, problem
+            curves.where[name] = (problem.split()[0], 0)
+    table = report.passes_table({"prospect": prospect, "sgd": sgd})
+    assert table.splitlines()[0] == "| configuration | power esrm | yacht esrm |"
+    rows = _rows(table)
+    # prospect: power 1e-6 met (<=) at 1 pass; yacht: the seeds at 2 and 3 passes, median 2.5
+    assert rows["prospect"] == "| prospect | 1 | 2.5 |"
+    # sgd never gets there on yacht and did not run on power
+    assert rows["sgd"] == "| sgd |  | not reached |"
+    assert report.passes_table({"sgd": report.Curves()}) == ""
+
+
+def test_a_set_that_names_itself_names_the_problem_and_a_split_is_part_of_it():
+    params = {"dataset.scale": "standard", "dataset.split": "train", "constraint.k": "3",
+              "problem.mu": "0.004", "problem.nu": "1", "problem.radius": "inf"}
+    name, _ = report.problem_of(params, {"dataset": "yacht",
+                                         "constraint_label": "extremile r=2"})
+    assert name == "yacht standard train extremile r=2 mu=0.004 nu=1 no-ball"
+    # a set without a label: its k; every row (split=all) is said by nothing
+    name, _ = report.problem_of({**params, "dataset.split": "all"}, {"dataset": "yacht"})
+    assert name == "yacht standard k=3 mu=0.004 nu=1 no-ball"
