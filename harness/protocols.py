@@ -62,6 +62,8 @@ class ConstraintSet(Protocol):
     #: "systematic" (Madow; the simplex's categorical inverse-CDF draw is
     #: systematic sampling with k = 1), "multiset" (the alpha-set's), or a
     #: third party's own word. Every law has ``E[multiplicity_i] = k p_i``.
+    #: "none": the set has no sampler (``sample`` raises ``harness.ConfigError``)
+    #: and the players that draw from it refuse it.
     sampler: str
 
     def row_caps(self) -> np.ndarray | None:
@@ -69,6 +71,12 @@ class ConstraintSet(Protocol):
         simplex: every ``c_i = 1/k``; alpha-set: ``alpha``), or None if ``K`` is
         not of that form."""
         ...
+
+    # Optional: ``spectrum(m: int | None = None) -> np.ndarray | None``: sets of the
+    # form ``P(sigma)`` (the convex hull of the permutations of a spectrum sigma,
+    # non-negative, non-decreasing, summing to 1) return their spectrum over m rows
+    # (default n), sorted ascending, so that ``max_{p in K} <l, p> = sum_i sigma_i
+    # l_(i)``; None (or absent) otherwise. The k-set is P(sigma) with k entries 1/k.
 
     def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
         """``max_{p in K} <losses, p>`` and an argmax."""

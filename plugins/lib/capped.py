@@ -602,6 +602,16 @@ def multiset_round_core(kp, caps, u, k):  # pragma: no cover - compiled
 # what a player may ask of a set, through the protocol only
 
 
+def needs_draws(constraint: Any) -> str | None:
+    """Why a player that draws its rows from ``constraint.sample`` cannot play on
+    ``constraint`` (its ``sampler`` is "none": the set has no sampler), else None."""
+    if getattr(constraint, "sampler", None) == "none":
+        return (f"draws its rows from the constraint set's sampler; '{constraint.name}' has "
+                "none (sampler 'none'), so only full-information players (ftrl) and the "
+                "solvers run on it")
+    return None
+
+
 def needs_row_caps(constraint: Any) -> str | None:
     """Why a player that needs a capped simplex cannot play on ``constraint``
     (``row_caps()`` is None), else None."""
@@ -635,7 +645,11 @@ def player_form(player: Any, base: type, constraint: Any, kernels: str,
 def needs_sets_of_k_rows(constraint: Any) -> str | None:
     """Why a player that needs every draw to be k distinct rows cannot play on
     ``constraint``, else None: every row cap must be at most 1/k (the k-set, the
-    simplex, an alpha-set whose caps are all 1/k)."""
+    simplex, an alpha-set whose caps are all 1/k) and the set must have a
+    sampler (``needs_draws``)."""
+    why = needs_draws(constraint)
+    if why is not None:
+        return why
     caps = constraint.row_caps()
     if caps is None or float(np.max(caps)) * constraint.k > 1.0 + 1e-12:
         return ("needs draws of k distinct rows, i.e. every row cap "

@@ -17,6 +17,7 @@ from plugins.lib.capped import (
     capped_set_sample,
     capped_set_state,
     log_row_caps,
+    needs_draws,
     needs_row_caps,
     player_form,
     weights_row_caps,
@@ -84,8 +85,8 @@ class Exp4MP:
 
     @classmethod
     def supports(cls, constraint) -> str | None:
-        """A capped simplex (``row_caps()`` not None): the k-set, the simplex, an alpha-set."""
-        return needs_row_caps(constraint)
+        """A capped simplex with a sampler: the k-set, the simplex, an alpha-set."""
+        return needs_draws(constraint) or needs_row_caps(constraint)
 
     def __init__(self, eta=None, gamma=None, c=None, delta=0.05, confidence="all",
                  eta_scale=1.0) -> None:

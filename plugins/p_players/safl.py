@@ -15,6 +15,7 @@ from plugins.lib.capped import (
     capped_set_euclidean,
     capped_set_sample,
     capped_set_state,
+    needs_draws,
     player_form,
     sorted_breakpoint_threshold,
 )
@@ -82,7 +83,10 @@ class StochasticAFL:
 
     @classmethod
     def supports(cls, constraint) -> str | None:
-        """A set with a Euclidean projection (``harness.EuclideanProjection``)."""
+        """A set with a sampler and a Euclidean projection (``EuclideanProjection``)."""
+        why = needs_draws(constraint)
+        if why is not None:
+            return why
         if not isinstance(constraint, harness.EuclideanProjection):
             return (f"steps by Euclidean projection onto K; '{constraint.name}' has no "
                     "euclidean_project(v) "
