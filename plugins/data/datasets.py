@@ -13,11 +13,20 @@ regression target alike:
 * ``minmax`` (the default): each column to [0, 1], the paper's assumption
   (Appendix E.3: ``x in [0, 1]^d, y in [0, 1]``) and the data-set contract's
   (``harness.contract``: features in [0, 1] at a data set's defaults);
-* ``standard``: each feature column to mean 0 and standard deviation 1, the
-  target centred and divided by its standard deviation (population moments
-  over all rows), the recipe of the DRO papers. Those papers standardise on
-  an 80 % training split; here every row is used.
+* ``standard``: each feature column to mean 0 and (population) standard
+  deviation 1, the target centred and divided by its standard deviation, the
+  recipe of the DRO papers;
 * ``none``: the numbers of the file.
+
+Rows are the parameter ``split`` (``plugins.data.split``): ``all`` (the
+default), or scikit-learn's ``train`` or ``test`` rows. Under a split the
+preparation is fitted on the training rows: ``minmax`` by their minimum and
+maximum (held-out values may fall outside [0, 1]), ``standard`` by their
+mean and population standard deviation for the features and their mean and
+sample standard deviation (``ddof=1``) for the target, as the DRO papers'
+code does (scikit-learn's ``StandardScaler`` fitted on the training rows;
+``y_train.std(ddof=1)``). Over all rows the target's standard deviation is
+the population one. A class label is never scaled.
 
 With ``linear_mse`` the trivial model ``w = 0`` predicts 0: the mean of a
 standardised target, but the smallest value of a min-max scaled one.
@@ -33,34 +42,54 @@ import numpy as np
 
 import harness
 from harness import Param
+from plugins.data.split import PARAMS as SPLIT_PARAMS
+from plugins.data.split import Rows, Splittable, split_rows
 
 DATA_DIR = Path(__file__).parent / "csv"
 SCALES = ("minmax", "standard", "none")
 UCI_LICENCE = "CC BY 4.0"
 
 
-def min_max(a: np.ndarray) -> np.ndarray:
-    """Scale each column to [0, 1]; a constant column becomes 0."""
-    lo, hi = a.min(axis=0), a.max(axis=0)
+def min_max(a: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+    """Scale each column to [0, 1] by the minimum and maximum of ``ref`` (default:
+    ``a`` itself); a constant column becomes 0."""
+    ref = a if ref is None else ref
+    lo, hi = ref.min(axis=0), ref.max(axis=0)
     span = np.where(hi > lo, hi - lo, 1.0)
     return (a - lo) / span
 
 
-def standardise(a: np.ndarray) -> np.ndarray:
-    """Each column minus its mean, divided by its (population) standard
-    deviation; a constant column becomes 0."""
-    centred = a - a.mean(axis=0)
-    sd = centred.std(axis=0)
-    return centred / np.where(sd > 0, sd, 1.0)
+def standardise(a: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+    """Each column minus the mean of ``ref``'s column, divided by its population
+    standard deviation (default: ``a``'s own); a constant column becomes 0.
+
+    Over ``a`` itself the deviation is taken of the centred column; fitted on
+    other rows it is numpy's ``std`` of them, which is ``StandardScaler``'s
+    ``scale_``: the two agree to a few ulps, and each is kept for its bits."""
+    if ref is None:
+        centred = a - a.mean(axis=0)
+        sd = centred.std(axis=0)
+        return centred / np.where(sd > 0, sd, 1.0)
+    sd = ref.std(axis=0)
+    return (a - ref.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
 
 
-def rescale(a: np.ndarray, scale: str) -> np.ndarray:
-    """``a`` (columns) prepared as ``scale`` says: minmax, standard or none."""
+def rescale(a: np.ndarray, scale: str, ref: np.ndarray | None = None) -> np.ndarray:
+    """``a`` (columns) prepared as ``scale`` says, fitted on ``ref`` (default:
+    ``a``): minmax, standard or none."""
     if scale == "minmax":
-        return min_max(a)
+        return min_max(a, ref)
     if scale == "standard":
-        return standardise(a)
+        return standardise(a, ref)
     return np.array(a, dtype=np.float64)
+
+
+def standardise_target(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """``(y - mean) / sd`` with the mean and the sample standard deviation
+    (``ddof=1``) of the training targets ``ref``, as the DRO papers' code
+    standardises a target; a constant target is only centred."""
+    sd = ref.std(ddof=1) if ref.size > 1 else 0.0
+    return (y - ref.mean()) / (sd if sd > 0 else 1.0)
 
 
 def read_checked_csv(filename: str, sha256: str) -> tuple[list[str], np.ndarray]:
@@ -76,7 +105,7 @@ def read_checked_csv(filename: str, sha256: str) -> tuple[list[str], np.ndarray]
     return header, np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
 
 
-class _CSVDataset:
+class _CSVDataset(Splittable):
     """A shipped CSV: one target column, every other column (but ``other_targets``)
     a feature."""
 
@@ -84,6 +113,7 @@ class _CSVDataset:
         "scale": Param(str, default="minmax", choices=SCALES,
                        doc="features (and a regression target): minmax to [0, 1], standard "
                            "(mean 0, sd 1; target centred, divided by its sd) or none"),
+        **SPLIT_PARAMS,
     }
     filename: ClassVar[str]
     sha256: ClassVar[str]
@@ -92,17 +122,28 @@ class _CSVDataset:
     other_targets: ClassVar[tuple[str, ...]] = ()
     provenance: ClassVar[dict[str, str]]
 
-    def __init__(self, scale: str = "minmax") -> None:
+    def __init__(self, scale: str = "minmax", split: str = "all", test_size: float = 0.2,
+                 split_seed: int = 42) -> None:
         self.scale = scale
+        self.split, self.test_size, self.split_seed = split, test_size, split_seed
         header, body = read_checked_csv(self.filename, self.sha256)
         j = header.index(self.target)
         features = [i for i, h in enumerate(header) if i != j and h not in self.other_targets]
         self.feature_names = [header[i] for i in features]
-        self.X = rescale(body[:, features], scale)
-        self.y = self._target(body[:, j])
+        rows = self.rows_ = split_rows(self.name, body.shape[0], split, test_size, split_seed)
+        X = body[:, features]
+        self.X = rescale(rows.kept(X), scale, rows.fitted(X))
+        self.y = self._target(body[:, j], rows)
+        if split != "all":
+            self.provenance = {**type(self).provenance,  # type: ignore[misc]
+                               "split": rows.describe(test_size, split_seed)}
 
-    def _target(self, col: np.ndarray) -> np.ndarray:
-        return rescale(col[:, None], self.scale)[:, 0]
+    def _target(self, col: np.ndarray, rows: Rows) -> np.ndarray:
+        if rows.fit is not None and self.scale == "standard":
+            return standardise_target(rows.kept(col), rows.fitted(col))
+        ref = rows.fitted(col)
+        return rescale(rows.kept(col)[:, None], self.scale,
+                       None if ref is None else ref[:, None])[:, 0]
 
 
 class BreastCancer(_CSVDataset):
@@ -124,8 +165,8 @@ class BreastCancer(_CSVDataset):
         "sha256": sha256,
     }
 
-    def _target(self, col: np.ndarray) -> np.ndarray:
-        return col.astype(np.int64)
+    def _target(self, col: np.ndarray, rows: Rows) -> np.ndarray:
+        return rows.kept(col).astype(np.int64)
 
 
 class Boston(_CSVDataset):
@@ -200,11 +241,12 @@ class Energy(_DROBenchmark):
         "sha256": sha256,
     }
 
-    def __init__(self, scale: str = "minmax", target: str = "cooling_load") -> None:
+    def __init__(self, scale: str = "minmax", target: str = "cooling_load", split: str = "all",
+                 test_size: float = 0.2, split_seed: int = 42) -> None:
         self.target = target  # type: ignore[misc]
         self.other_targets = tuple(  # type: ignore[misc]
             t for t in ("cooling_load", "heating_load") if t != target)
-        super().__init__(scale)
+        super().__init__(scale, split, test_size, split_seed)
 
 
 class Concrete(_DROBenchmark):

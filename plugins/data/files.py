@@ -12,6 +12,11 @@ Features must lie in [0, 1] (the models' loss bounds assume it). With
 found in one streamed pass when the data set is opened, and rows are scaled
 as they are read; with ``scale="none"`` the same pass checks that the file's
 features already lie in [0, 1] and the rows are used as stored.
+
+Both take ``split`` (``plugins.data.split``): the rows of scikit-learn's
+``train_test_split`` (``n`` row indices held in memory), read through the
+split's row indices; ``minmax`` is then fitted on the training rows (one
+streamed pass over them), and held-out features may fall outside [0, 1].
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import harness
 from harness import ConfigError, Param
 from harness.state import cache_root
 from harness.stream import chunk_rows, row_slices
+from plugins.data.split import PARAMS as SPLIT_PARAMS
+from plugins.data.split import Rows, Splittable, split_rows
 
 _TASKS = ("classification", "regression")
 #: the synthetic generator writes (and draws) this many bytes of rows at a time
@@ -41,24 +48,29 @@ _MODELS = {"classification": "logistic_cel", "regression": "linear_mse"}
 class ColumnRows:
     """Rows of a 2-D array ``source`` (e.g. a memmap), restricted to
     ``columns`` and mapped to ``(x - lo) / span``, computed on each read:
-    ``X[rows]`` reads only those rows, ``X[a:b]`` one slice."""
+    ``X[rows]`` reads only those rows, ``X[a:b]`` one slice. With ``rows``
+    (indices into ``source``, a split's), row ``i`` is ``source[rows[i]]``."""
 
     ndim = 2
     dtype = np.dtype(np.float64)
 
     def __init__(self, source: Any, columns: np.ndarray | None = None,
-                 lo: np.ndarray | None = None, span: np.ndarray | None = None) -> None:
+                 lo: np.ndarray | None = None, span: np.ndarray | None = None,
+                 rows: np.ndarray | None = None) -> None:
         self.source = source
         self.columns = columns
         self.lo = lo
         self.inv_span = None if span is None else 1.0 / span
+        self.rows = rows
         d = source.shape[1] if columns is None else columns.size
-        self.shape = (source.shape[0], d)
+        self.shape = (source.shape[0] if rows is None else rows.size, d)
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __getitem__(self, key: Any) -> np.ndarray:
+        if self.rows is not None:
+            key = self.rows[key]
         block = np.asarray(self.source[key], dtype=np.float64)
         if self.columns is not None:
             block = block[..., self.columns]
@@ -151,20 +163,26 @@ def column_ranges(X: Any) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _labels(raw: np.ndarray, task: str, scale: str) -> tuple[np.ndarray, int, list[str]]:
-    """Targets as the models take them: class codes 0..C-1 (classification) or
-    floats, min-max scaled to [0, 1] if the features are (regression)."""
+def _labels(raw: np.ndarray, task: str, scale: str,
+            rows: Rows) -> tuple[np.ndarray, int, list[str]]:
+    """Targets of the kept ``rows`` as the models take them: class codes 0..C-1
+    over every row's classes (classification) or floats, min-max scaled to
+    [0, 1] as fitted on ``rows`` if the features are (regression)."""
     if task == "classification":
         classes, codes = np.unique(raw, return_inverse=True)
-        return codes.astype(np.int64), int(classes.size), [str(c) for c in classes[:20]]
+        return (rows.kept(codes).astype(np.int64), int(classes.size),
+                [str(c) for c in classes[:20]])
     y = np.asarray(raw, dtype=np.float64)
-    if scale == "minmax" and y.size:
-        lo, hi = float(np.min(y)), float(np.max(y))
+    ref = rows.fitted(y)
+    ref = y if ref is None else ref
+    y = rows.kept(y)
+    if scale == "minmax" and ref.size:
+        lo, hi = float(np.min(ref)), float(np.max(ref))
         y = (y - lo) / (hi - lo if hi > lo else 1.0)
     return y, 0, []
 
 
-class FileDataset:
+class FileDataset(Splittable):
     """A data set in a ``.npy`` or Parquet file (see the module docstring).
 
     ``.npy``: a 2-D numeric array, memory-mapped. ``target`` is the index of
@@ -187,10 +205,14 @@ class FileDataset:
                            "none: features must already lie in [0, 1] (checked)"),
         "cache_mb": Param(int, default=256, low=0,
                           doc="Parquet: memory for row groups kept after a read"),
+        **SPLIT_PARAMS,
     }
 
     def __init__(self, path: str, target: str = "target", task: str = "classification",
-                 scale: str = "minmax", cache_mb: int = 256) -> None:
+                 scale: str = "minmax", cache_mb: int = 256, split: str = "all",
+                 test_size: float = 0.2, split_seed: int = 42) -> None:
+        self.target, self.scale, self.cache_mb = target, scale, cache_mb
+        self.split, self.test_size, self.split_seed = split, test_size, split_seed
         self.path = Path(path).expanduser()
         if not self.path.is_file():
             raise ConfigError(f"The 'path' parameter of {self.name} must name an existing "
@@ -205,14 +227,17 @@ class FileDataset:
                               f".parquet file. Got {path!r} instead.")
         self.task = task
         self.default_model = _MODELS[task]
-        self.y, self.n_classes, classes = _labels(raw, task, scale)
-        self.X = self._scaled(source, scale)
+        rows = self.rows_ = split_rows(self.name, source.shape[0], split, test_size, split_seed)
+        self.y, self.n_classes, classes = _labels(raw, task, scale, rows)
+        self.X = self._scaled(source, scale, rows)
         stat = self.path.stat()
         self.provenance = {"source": str(self.path), "format": suffix.lstrip("."),
                            "bytes": str(stat.st_size), "modified": str(int(stat.st_mtime)),
                            "target": target, "scale": scale}
         if classes:
             self.provenance["classes"] = ",".join(classes)
+        if split != "all":
+            self.provenance["split"] = rows.describe(test_size, split_seed)
 
     @classmethod
     def contract_params(cls, n: int) -> dict[str, Any]:
@@ -274,9 +299,14 @@ class FileDataset:
         features = [c for c in names if c != target]
         return ParquetRows(self.path, features, cache_bytes), y
 
-    def _scaled(self, source: Any, scale: str) -> Any:
-        lo, hi = column_ranges(source)
+    def _scaled(self, source: Any, scale: str, rows: Rows) -> Any:
+        """The features of the kept ``rows``: checked to lie in [0, 1] (``none``),
+        or min-max scaled as fitted on ``rows``."""
+        base, columns = ((source.source, source.columns) if isinstance(source, ColumnRows)
+                         else (source, None))
         if scale == "none":
+            kept = source if rows.keep is None else ColumnRows(base, columns, rows=rows.keep)
+            lo, hi = column_ranges(kept)
             bad = np.flatnonzero((lo < 0.0) | (hi > 1.0))
             if bad.size:
                 j = int(bad[0])
@@ -284,11 +314,11 @@ class FileDataset:
                     f"The data set '{self.name}' must have features in [0, 1] with "
                     f"scale=none. Got column {j} in [{lo[j]:.6g}, {hi[j]:.6g}] "
                     f"({bad.size} column(s) outside [0, 1]); use scale=minmax.")
-            return source
+            return kept
+        fit = source if rows.fit is None else ColumnRows(base, columns, rows=rows.fit)
+        lo, hi = column_ranges(fit)
         span = np.where(hi > lo, hi - lo, 1.0)
-        if isinstance(source, ColumnRows):
-            return ColumnRows(source.source, source.columns, lo, span)
-        return ColumnRows(source, None, lo, span)
+        return ColumnRows(base, columns, lo, span, rows.keep)
 
 
 def _temporary_folder() -> Path:
@@ -371,6 +401,7 @@ class SyntheticDataset(FileDataset):
         "cache_dir": Param(str, nullable=True,
                            doc="where the files are kept; None: $XDG_CACHE_HOME/minimax-bench/"
                                "synthetic, else ~/.cache/minimax-bench/synthetic"),
+        **SPLIT_PARAMS,
     }
 
     @classmethod
@@ -379,7 +410,10 @@ class SyntheticDataset(FileDataset):
         return {"n": n, "d": 3, "hard": 0.1, "cache_dir": str(_temporary_folder())}
 
     def __init__(self, n: int = 100_000, d: int = 20, hard: float = 0.01, seed: int = 0,
-                 task: str = "classification", cache_dir: str | None = None) -> None:
+                 task: str = "classification", cache_dir: str | None = None,
+                 split: str = "all", test_size: float = 0.2, split_seed: int = 42) -> None:
+        self.n, self.d, self.hard, self.seed, self.cache_dir = n, d, hard, seed, cache_dir
+        self.split, self.test_size, self.split_seed = split, test_size, split_seed
         root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         folder = root / f"{task}-n{n}-d{d}-hard{hard:g}-seed{seed}"
         if not (folder / "meta.json").is_file():
@@ -389,8 +423,10 @@ class SyntheticDataset(FileDataset):
         if X.shape != (n, d):
             raise ConfigError(f"The synthetic data in {folder} has shape {X.shape}, "
                               f"expected ({n}, {d}): remove the folder to write it again.")
-        self.X = X  # uniform on [0, 1]^d by construction: no pass over the features
-        self.y = np.load(folder / "y.npy")
+        rows = self.rows_ = split_rows(self.name, n, split, test_size, split_seed)
+        # uniform on [0, 1]^d by construction: no pass over the features, no scaling
+        self.X = X if rows.keep is None else ColumnRows(X, rows=rows.keep)
+        self.y = rows.kept(np.load(folder / "y.npy"))
         self.n_classes = 2 if task == "classification" else 0
         self.task = task
         self.default_model = _MODELS[task]
@@ -399,6 +435,8 @@ class SyntheticDataset(FileDataset):
                            "folder": str(folder), "hard_rows": str(meta["hard_rows"]),
                            "generator": f"numpy default_rng([seed, chunk]); n={n}, d={d}, "
                                         f"hard={hard}, seed={seed}, task={task}"}
+        if split != "all":
+            self.provenance["split"] = rows.describe(test_size, split_seed)
 
 
 @harness.hookimpl

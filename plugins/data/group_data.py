@@ -17,9 +17,11 @@ import numpy as np
 import harness
 from harness import Param
 from plugins.data.datasets import min_max
+from plugins.data.split import PARAMS as SPLIT_PARAMS
+from plugins.data.split import Splittable, split_rows
 
 
-class SyntheticGroups:
+class SyntheticGroups(Splittable):
     """``n`` rows, ``d`` features in [0, 1], column ``group`` in
     {``majority``, ``minority``} (a ``minority`` share of the rows).
 
@@ -31,7 +33,8 @@ class SyntheticGroups:
     then min-max scaled to [0, 1]. Each group alone is linearly separable
     with margin ``margin``. Generated from ``seed`` with numpy's default
     generator: the same parameters give the same table. The group is a
-    column, not a feature.
+    column, not a feature. Under a ``split`` the min-max scaling is fitted on
+    the training rows.
     """
 
     name: ClassVar[str] = "synthetic_groups"
@@ -46,6 +49,7 @@ class SyntheticGroups:
                         doc="smallest distance of a row to its group's boundary"),
         "seed": Param(int, default=0, low=0,
                       doc="seed of the generated data (its identity; not the run's seed)"),
+        **SPLIT_PARAMS,
     }
     task: ClassVar[str] = "classification"
     n_classes: ClassVar[int] = 2
@@ -53,7 +57,11 @@ class SyntheticGroups:
     group_column: ClassVar[str] = "group"
 
     def __init__(self, n: int = 400, d: int = 3, minority: float = 0.1, angle: float = 45.0,
-                 margin: float = 0.1, seed: int = 0) -> None:
+                 margin: float = 0.1, seed: int = 0, split: str = "all", test_size: float = 0.2,
+                 split_seed: int = 42) -> None:
+        self.n, self.d, self.minority, self.angle, self.margin, self.seed = (
+            n, d, minority, angle, margin, seed)
+        self.split, self.test_size, self.split_seed = split, test_size, split_seed
         rng = np.random.default_rng(seed)
         is_min = np.zeros(n, dtype=bool)
         is_min[rng.permutation(n)[:max(1, round(minority * n))]] = True
@@ -63,14 +71,17 @@ class SyntheticGroups:
         theta = np.where(is_min, np.deg2rad(angle), 0.0)
         cos, sin = np.cos(theta), np.sin(theta)
         X = np.column_stack((cos * u - sin * rest[:, 0], sin * u + cos * rest[:, 0], rest[:, 1:]))
-        self.X = min_max(X)
-        self.y = y.astype(np.int64)
-        self.columns = {"group": np.where(is_min, "minority", "majority")}
+        rows = self.rows_ = split_rows(self.name, n, split, test_size, split_seed)
+        self.X = min_max(rows.kept(X), rows.fitted(X))
+        self.y = rows.kept(y).astype(np.int64)
+        self.columns = {"group": rows.kept(np.where(is_min, "minority", "majority"))}
         self.provenance = {
             "source": "synthetic, plugins/data/group_data.py",
             "generator": f"numpy default_rng({seed}); n={n}, d={d}, minority={minority}, "
                          f"angle={angle}, margin={margin}",
         }
+        if split != "all":
+            self.provenance["split"] = rows.describe(test_size, split_seed)
 
 
 @harness.hookimpl
