@@ -57,7 +57,8 @@ class FTRL:
     eta t``, deterministic, for the first t rounds at the eta in use, in game
     units; ``2 sqrt(T log(n/k))`` at t = T and the default eta. On a set with
     row caps ``c`` (``row_caps()``) ``log(n max_i c_i)`` takes the place of
-    ``log(n/k)``; on a set of another form, ``log(n)`` (``entropy_range``). The
+    ``log(n/k)``; on a permutahedron ``P(sigma)``, ``log(n) - H(sigma)``; on a set
+    of another form, ``log(n)`` (``entropy_range``). The
     paper's Table 3 rates differ from the theorem's eta (docs/algorithms.md,
     "The p-players' regret bounds").
     """
@@ -107,14 +108,22 @@ class FTRL:
 
     @staticmethod
     def entropy_range(constraint) -> float:
-        """``log(n max_i c_i)`` for the row caps ``c`` of ``K`` (written ``log(n/k)``
-        when every cap is ``1/k``, the OL-FTRL theorem's form); ``log(n)`` if ``K`` has none."""
+        """The negative entropy's range over ``K``: ``log(n/k)`` when every row cap
+        is ``1/k`` (the OL-FTRL theorem's form); ``log(n) - H(sigma)`` on a
+        permutahedron ``P(sigma)`` (a set whose ``spectrum()`` is not None);
+        ``log(n max_i c_i)``, a bound, for other row caps ``c``; ``log(n)`` else."""
         n, k = constraint.n, constraint.k
         caps = constraint.row_caps()
-        if caps is None:
-            return math.log(n)
-        top = float(np.max(caps))
-        return math.log(n / k) if top == 1.0 / k else math.log(n * top)
+        top = None if caps is None else float(np.max(caps))
+        if top is not None and top == 1.0 / k:
+            return math.log(n / k)
+        spectrum = getattr(constraint, "spectrum", None)
+        sigma = spectrum() if callable(spectrum) else None
+        if sigma is not None:  # the entropy is log n at 1/n, H(sigma) at every vertex
+            mass = np.asarray(sigma, dtype=np.float64)
+            mass = mass[mass > 0.0]
+            return max(0.0, math.log(n) + float(np.sum(mass * np.log(mass))))
+        return math.log(n) if top is None else math.log(n * top)
 
     @property
     def p(self) -> np.ndarray:

@@ -81,9 +81,11 @@ class Spectral:
         self.kset_: KSet | None = None  # the k-set this set is, if it is one
         if risk == "superquantile":
             width = superquantile_width(n, level)
-            self.cap_ = 1.0 / width
-            if width == int(width):
-                self.kset_ = KSet(n, int(width))
+            if width == int(width) or width < 1.0:  # below one row: the max loss, k = 1
+                self.kset_ = KSet(n, max(1, int(width)))
+                self.cap_ = 1.0 / self.kset_.k
+            else:
+                self.cap_ = 1.0 / width
         self.k = self.kset_.k if self.kset_ is not None else int(np.count_nonzero(self.sigma_))
         self.sampler = "depround" if self.kset_ is not None else NO_SAMPLER
 
