@@ -1,11 +1,14 @@
-"""The train/test protocol of every built-in data set (plugins/data/split.py).
+"""The train/test protocol of every built-in data set (plugins/data/split.py) and
+the held-out metrics at each checkpoint (plugins/metrics/held_out.py).
 
 References are independent: scikit-learn's own ``train_test_split`` and
 ``StandardScaler`` on the arrays read from the CSV files, numpy for the
-moments. Tolerances: rows and ``split=all`` arrays bit for bit; moments 1e-12
-absolute; the preparation against StandardScaler 1e-13 absolute (bit for bit
-on the shipped data sets with scikit-learn 1.9). Split seeds 42 (the
-field's), 0 and 7.
+moments, MSE, accuracy and the objective. Tolerances: rows and ``split=all``
+arrays bit for bit; moments 1e-12 absolute; the preparation against
+StandardScaler 1e-13 absolute (bit for bit on the shipped data sets with
+scikit-learn 1.9); held-out metrics 1e-12 relative (1e-10 with nu > 0, whose
+reference projection is a bisection). Seeds: the run's seed 0, split seeds
+42 (the field's), 0 and 7.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ import sys
 
 import numpy as np
 import pytest
+from mlflow.tracking import MlflowClient
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 import harness
 from plugins.data import datasets
+
+from conftest import game_cfg
 
 CSV_SETS = ("breast_cancer", "boston", "yacht", "energy", "concrete", "kin8nm", "power")
 REGRESSION = CSV_SETS[1:]
@@ -226,3 +232,144 @@ def test_a_test_size_that_leaves_no_training_row_is_refused():
             "The 'test_size' parameter of yacht must leave a training row among its n=308 "
             "rows (it holds out ceil(test_size n)). Got 0.999 instead.")):
         harness.build("dataset", "yacht", split="train", test_size=0.999)
+
+
+# --------------------------------------------------------------------------- held-out metrics
+
+
+class Recorder:
+    """Keeps ``w_bar`` at each checkpoint, the metrics there and the run's params."""
+
+    def __init__(self) -> None:
+        self.w: list[np.ndarray] = []
+        self.metrics: list[dict] = []
+        self.params: dict = {}
+
+    @harness.hookimpl
+    def checkpoint_metrics(self, context, w_bar, losses):
+        self.w.append(np.array(w_bar))
+
+    @harness.hookimpl
+    def on_checkpoint(self, context, step, metrics):
+        self.metrics.append(dict(metrics, step=step))
+
+    @harness.hookimpl
+    def on_run_end(self, context, status, metrics):
+        self.params = dict(context.params)
+
+
+def top_k_objective(raw: np.ndarray, scale: float, k: int) -> float:
+    return float(np.sort(raw / scale)[-k:].mean())
+
+
+YACHT_RUN = ("dataset=yacht", "dataset.split=train", "dataset.scale=standard",
+             "budget=20000", "checkpoints=4")
+
+
+def test_held_out_metrics_are_logged_at_each_checkpoint(tmp_path, monkeypatch, tracking_uri):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    seen = Recorder()
+    cfg = game_cfg(*YACHT_RUN, tracking={"enabled": True, "uri": tracking_uri,
+                                         "experiment": "split"})
+    harness.run(cfg, plugins=[seen])
+    _, X_te, _, y_te = field_split("yacht")
+    p = seen.params
+    assert (p["dataset.n_train"], p["dataset.n_test"], p["n"]) == (246, 62, 246)
+    client = MlflowClient(tracking_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("split").experiment_id])
+    assert run.data.params["dataset.n_test"] == "62"
+    assert run.data.params["dataset.split"] == "train"
+    logged = {key: client.get_metric_history(run.info.run_id, key)
+              for key in ("test_mse", "test_objective", "objective")}
+    assert [m.step for m in logged["test_mse"]] == [m.step for m in logged["objective"]]
+    assert len(logged["test_mse"]) == len(seen.w) >= 4
+    for w, mse, objective in zip(seen.w, logged["test_mse"], logged["test_objective"],
+                                 strict=True):
+        residual = X_te @ w[:-1] + w[-1] - y_te
+        assert mse.value == pytest.approx(np.mean(residual ** 2), rel=1e-12)
+        assert objective.value == pytest.approx(
+            top_k_objective(residual ** 2, p["model.loss_scale"], 20), rel=1e-12)
+    assert "test_accuracy" not in run.data.metrics
+
+
+def test_cli_run_logs_the_held_out_metrics_and_prints_them(run_cli, tracking_uri):
+    proc = run_cli(*YACHT_RUN, f"tracking.uri={tracking_uri}", "tracking.experiment=cli-split")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"held-out rows \(62\)\s+objective \S+, MSE \S+", proc.stdout), proc.stdout
+    client = MlflowClient(tracking_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("cli-split").experiment_id])
+    assert run.data.params["dataset.n_train"] == "246"
+    # the same game in process: the same held-out numbers at the same steps
+    seen = Recorder()
+    harness.run(game_cfg(*YACHT_RUN), plugins=[seen])
+    for key in ("test_mse", "test_objective"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert [(m.step, m.value) for m in history] == [(r["step"], r[key])
+                                                        for r in seen.metrics]
+
+
+def test_classification_logs_the_held_out_accuracy():
+    seen = Recorder()
+    harness.run(game_cfg("dataset=breast_cancer", "dataset.split=train", "budget=20000",
+                         "checkpoints=3"), plugins=[seen])
+    X, y = raw_arrays("breast_cancer")
+    X_tr, X_te, _, y_te = train_test_split(X, y.astype(np.int64), test_size=0.2,
+                                           random_state=42)
+    lo, hi = X_tr.min(axis=0), X_tr.max(axis=0)
+    X_te = (X_te - lo) / (hi - lo)
+    for w, metrics in zip(seen.w, seen.metrics, strict=True):
+        W = w.reshape(2, X_te.shape[1] + 1)
+        logits = X_te @ W[:, :-1].T + W[:, -1]
+        assert metrics["test_accuracy"] == np.mean(np.argmax(logits, axis=1) == y_te)
+        log_p = logits - np.logaddexp(logits[:, 0], logits[:, 1])[:, None]
+        raw = -log_p[np.arange(y_te.size), y_te]
+        assert metrics["test_objective"] == pytest.approx(
+            top_k_objective(raw, seen.params["model.loss_scale"], 20), rel=1e-12)
+        assert "test_mse" not in metrics
+
+
+def capped_simplex_projection(v: np.ndarray, cap: float) -> np.ndarray:
+    """Euclidean projection onto {0 <= q <= cap, sum q = 1} by bisection on the shift."""
+    lo, hi = v.min() - 1.0, v.max()
+    for _ in range(200):
+        tau = 0.5 * (lo + hi)
+        if np.clip(v - tau, 0.0, cap).sum() > 1.0:
+            lo = tau
+        else:
+            hi = tau
+    return np.clip(v - 0.5 * (lo + hi), 0.0, cap)
+
+
+def test_held_out_objective_keeps_mu_nu_and_the_level_of_the_set():
+    seen = Recorder()
+    harness.run(game_cfg(*YACHT_RUN, "solver=prospect", "constraint.level=0.5",
+                         "model=linear_mse", "model.bias=false", "model.loss_scale=2.0",
+                         "problem.mu_times_n=1.0", "problem.nu=1.0", "problem.ball=false"),
+                plugins=[seen])
+    _, X_te, _, y_te = field_split("yacht")
+    n, k, mu, nu = 62, 31, 1.0 / 246, 1.0
+    assert seen.params["problem.mu"] == mu
+    for w, metrics in zip(seen.w, seen.metrics, strict=True):
+        losses = (X_te @ w - y_te) ** 2 / 2.0
+        q = capped_simplex_projection(1.0 / n + losses / (nu * n), 1.0 / k)
+        want = losses @ q - 0.5 * nu * n * np.sum((q - 1.0 / n) ** 2) + 0.5 * mu * w @ w
+        assert metrics["test_objective"] == pytest.approx(want, rel=1e-10)
+        assert metrics["test_mse"] == pytest.approx(np.mean(2.0 * losses), rel=1e-12)
+
+
+def test_a_set_that_does_not_fit_the_held_out_rows_warns_and_leaves_the_objective_out():
+    seen = Recorder()
+    with pytest.warns(RuntimeWarning, match=re.escape(
+            "test_objective is not logged: the constraint set 'kset' cannot be rebuilt for the "
+            "n_test=62 held-out rows (The 'k' parameter of kset must be an int in [1, n=62]. "
+            "Got 100 instead.)")):
+        harness.run(game_cfg(*YACHT_RUN, "constraint.k=100"), plugins=[seen])
+    assert "test_objective" not in seen.metrics[-1] and "test_mse" in seen.metrics[-1]
+
+
+def test_all_rows_log_no_held_out_metric(tiny_cfg):
+    seen = Recorder()
+    harness.run(tiny_cfg, plugins=[seen])
+    assert not any(key.startswith("test_") for key in seen.metrics[-1])
+    assert "dataset.n_train" not in seen.params and seen.params["dataset.split"] == "all"
