@@ -1,13 +1,18 @@
 """The exact optimum ``OPT = min_{w in W} max_{p in K} <L(w), p>`` of a small
 problem, by a convex solver, certified by the harness's own numerics.
 
-The paper's problem (Section 2) as a convex program through the
-Rockafellar-Uryasev form (Rockafellar and Uryasev 2000, Theorem 1), solved by
-cvxpy (Clarabel, then SCS: ``ATTEMPTS``); ``F*`` of ``harness.problem`` (``mu``,
-``nu``) likewise through the rows' conjugates. ``certify`` accepts OPT only
-inside a certified interval ``upper - lower <= rtol * |upper| + atol``;
-``polish`` narrows it by Newton's method when ``nu > 0`` and ``mu > 0``.
-Derivation: docs/algorithms.md, "Exact optimum".
+Two forms of ``K``: a capped simplex ``{0 <= p_i <= c_i, sum p = 1}`` (its
+caps) and a permutahedron ``P(sigma)`` (its spectrum: a spectral risk). The
+paper's problem (Section 2) as a convex program through the
+Rockafellar-Uryasev form (Rockafellar and Uryasev 2000, Theorem 1), a
+spectral risk through its support function ``sum_j (sigma_(j) - sigma_(j+1))
+sum_largest(., j)`` over its distinct levels, solved by cvxpy (Clarabel, then
+SCS: ``ATTEMPTS``); ``F*`` of ``harness.problem`` (``mu``, ``nu``) likewise
+through the conjugates. ``certify`` accepts OPT only inside a certified
+interval ``upper - lower <= rtol * |upper| + atol``; ``polish`` narrows it by
+Newton's method when ``nu > 0`` and ``mu > 0``, and starts from scipy's
+L-BFGS-B instead of a conic solve where a spectral program is too large
+(``SPECTRAL_CONIC_SIZE``). Derivation: docs/algorithms.md, "Exact optimum".
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from harness.dual import dual_lower_bound, enclose_value
 from harness.gap import InnerSolution, certified_min, polish_strongly_convex, project_ball
 from harness.problem import Problem
 from plugins.lib.capped import capped_simplex_euclidean
+from plugins.lib.permutahedron import permutahedron_lmo, permutahedron_projection
 
 #: bump when the problem's formulation, the record's fields or its accuracy change
 #: (2: OPT polished to machine precision on smooth, strongly convex problems)
@@ -46,6 +52,13 @@ ATTEMPTS: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 #: each solver's name for its wall-clock limit in seconds
 TIME_LIMIT_OPTION = {"CLARABEL": "time_limit", "SCS": "time_limit_secs"}
+#: the largest spectral program (distinct levels m times rows n: its size is O(m n))
+#: solved by cvxpy; beyond it a smooth, strongly convex F is minimised by L-BFGS-B
+#: and polished. Measured with Clarabel (linear_mse, d = 5, m = n): 2 s at
+#: m n = 4e4, 19 s at 2e5 (docs/algorithms.md, "Exact optimum").
+SPECTRAL_CONIC_SIZE = 200_000
+#: the name of the smooth path in ``Optimum.solver``
+LBFGS = "L-BFGS-B"
 
 
 class OptimumUnavailable(RuntimeError):
@@ -107,18 +120,26 @@ def project_capped(v: np.ndarray, caps: np.ndarray) -> np.ndarray:
     return p
 
 
-def cache_key(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
-              radius: float, *, mu: float = 0.0, nu: float = 0.0) -> str:
+def cache_key(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None,
+              radius: float, *, mu: float = 0.0, nu: float = 0.0,
+              spectrum: np.ndarray | None = None) -> str:
     """SHA-256 of everything OPT depends on: the data's bytes, the model (name,
-    parameter count, loss scale), the caps of K, the radius B and, when not
-    both zero, ``mu`` and ``nu`` (the paper's problem is hashed as
-    before they existed; ``CACHE_FORMAT`` is part of every key)."""
+    parameter count, loss scale), K (its caps, or the word ``spectrum`` and the
+    spectrum's bytes), the radius B and, when not both zero, ``mu`` and ``nu``
+    (the paper's problem is hashed as before they existed; ``CACHE_FORMAT`` is
+    part of every key). A capped set's key is the one it had before spectra."""
+    caps, spectrum = _set_arrays(caps, spectrum)
     h = hashlib.sha256()
     h.update(f"minimax-bench OPT v{CACHE_FORMAT}\n".encode())
-    for a in (np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y),
-              np.ascontiguousarray(caps, dtype=np.float64)):
+    arrays = [np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y)]
+    if spectrum is None:
+        arrays.append(caps)
+    for a in arrays:
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(a.tobytes())
+    if spectrum is not None:
+        h.update(f"spectrum{spectrum.dtype.str}{spectrum.shape}".encode())
+        h.update(spectrum.tobytes())
     h.update(f"{model.name}|{model.n_params}|{float(model.scale_)!r}|{float(radius)!r}".encode())
     if mu != 0.0 or nu != 0.0:
         h.update(f"|mu={float(mu)!r}|nu={float(nu)!r}".encode())
@@ -148,11 +169,14 @@ def store(cache_dir: Path, key: str, optimum: Optimum, about: dict[str, Any]) ->
     return path
 
 
-def _formulate(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
-               mu: float = 0.0, nu: float = 0.0):
+def _formulate(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None,
+               radius: float, mu: float = 0.0, nu: float = 0.0,
+               spectrum: np.ndarray | None = None):
     import cvxpy as cp
 
     w = cp.Variable(model.n_params)
+    if spectrum is not None:
+        return _formulate_spectral(cp, X, y, model, w, spectrum, radius, mu, nu)
     tau = cp.Variable()
     losses = model.cvx_raw_losses(w, X, y) / model.scale_
     if mu == 0.0 and nu == 0.0:  # the paper's problem, exactly as cached records were made
@@ -163,6 +187,20 @@ def _formulate(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radiu
     e = cp.Variable(X.shape[0])
     excess = e >= losses - tau
     objective = tau + conjugate_phi(cp, e, caps, nu) + 0.5 * mu * cp.sum_squares(w)
+    constraints = [excess] if math.isinf(radius) else [excess, cp.norm(w, 2) <= radius]
+    return cp.Problem(cp.Minimize(objective), constraints), w, excess
+
+
+def _formulate_spectral(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, w: Any,
+                        spectrum: np.ndarray, radius: float, mu: float, nu: float):
+    """``min spectral_inner(e) + (mu/2) ||w||^2`` over ``e >= L(w)`` and the ball: the
+    inner maximum is nondecreasing in the losses, so the epigraph is exact, and
+    the constraint's multiplier is the inner maximiser ``q``."""
+    e = cp.Variable(X.shape[0])
+    excess = e >= model.cvx_raw_losses(w, X, y) / model.scale_
+    objective = spectral_inner(cp, e, spectrum, nu)
+    if mu != 0.0:
+        objective = objective + 0.5 * mu * cp.sum_squares(w)
     constraints = [excess] if math.isinf(radius) else [excess, cp.norm(w, 2) <= radius]
     return cp.Problem(cp.Minimize(objective), constraints), w, excess
 
@@ -180,16 +218,94 @@ def conjugate_phi(cp: Any, z: Any, caps: np.ndarray, nu: float) -> Any:
             + caps @ cp.pos(v))
 
 
-def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
+def spectral_levels(spectrum: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(j, coef)``: the support function of ``P(sigma)`` is ``sum coef * (sum of
+    the j largest entries)`` with ``coef = sigma_(j) - sigma_(j+1) > 0`` over
+    ``sigma`` sorted descending (``sigma_(n+1) = 0``), one term per distinct level."""
+    desc = np.asarray(spectrum, dtype=np.float64)[::-1]
+    coef = desc - np.append(desc[1:], 0.0)
+    j = np.flatnonzero(coef > 0.0)
+    return j + 1, coef[j]
+
+
+def spectral_size(spectrum: np.ndarray) -> int:
+    """``m n``, the order of the spectral program's size for ``m`` distinct levels."""
+    return int(spectral_levels(spectrum)[0].size) * int(np.size(spectrum))
+
+
+def support_function(cp: Any, u: Any, spectrum: np.ndarray) -> Any:
+    """``h(u) = max_{q in P(sigma)} <u, q> = sum_i sigma_i u_(i)`` as a cvxpy
+    expression (``spectral_levels``): convex and nondecreasing in ``u``."""
+    sizes, coefs = spectral_levels(spectrum)
+    terms = [float(c) * cp.sum_largest(u, int(j)) for j, c in zip(sizes, coefs, strict=True)]
+    return terms[0] if len(terms) == 1 else cp.sum(cp.hstack(terms))
+
+
+def spectral_inner(cp: Any, e: Any, spectrum: np.ndarray, nu: float) -> Any:
+    """``max_{q in P(sigma)} <e, q> - (nu n/2) ||q - 1/n||^2`` as a cvxpy expression,
+    convex and nondecreasing in ``e``: with ``nu > 0`` by Fenchel duality
+    ``min_u h(u) + <e - u, 1/n> + ||e - u||^2 / (2 nu n)`` (partial minimisation
+    over a new variable ``u``), with ``nu = 0`` ``h(e)`` (``support_function``)."""
+    if nu == 0.0:
+        return support_function(cp, e, spectrum)
+    n = np.size(spectrum)
+    u = cp.Variable(n)
+    return (support_function(cp, u, spectrum) + cp.sum(e - u) / n
+            + cp.sum_squares(e - u) / (2.0 * nu * n))
+
+
+def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None, radius: float,
           solvers: tuple[str, ...] = SOLVERS, rtol: float = 1e-5,
           time_limit: float | None = None, atol: float = 1e-8, *,
-          mu: float = 0.0, nu: float = 0.0) -> Optimum:
+          mu: float = 0.0, nu: float = 0.0, spectrum: np.ndarray | None = None,
+          conic_size: int = SPECTRAL_CONIC_SIZE) -> Optimum:
     """OPT of the scaled problem (``F*`` with ``mu``, ``nu``) by the first
     attempt (``ATTEMPTS``, restricted to ``solvers``) whose answer ``certify``
     accepts with ``upper - lower <= rtol * |upper| + atol``, each attempt
     stopped after ``time_limit`` seconds; raises ``OptimumUnavailable`` naming
-    every attempt, ValueError for an invalid ``mu``, ``nu`` or ``radius``."""
+    every attempt, ValueError for an invalid ``mu``, ``nu``, ``radius`` or set.
+
+    ``K`` is the capped simplex of ``caps``, or (``caps=None``) the
+    permutahedron of ``spectrum`` (ascending). A spectral program larger than
+    ``conic_size`` (``spectral_size``) is not given to cvxpy; where it is not,
+    or every attempt failed, a smooth, strongly convex ``F`` is minimised by
+    ``solve_smooth``."""
     _check_regularisation(radius, mu, nu)
+    caps, spectrum = _set_arrays(caps, spectrum)
+    X = np.asarray(X, dtype=np.float64)
+    smooth = spectrum is not None and smooth_and_strongly_convex(mu, nu)
+    if spectrum is not None and spectrum.size != X.shape[0]:
+        raise ValueError(f"The spectrum must have one entry per row (n={X.shape[0]}). Got "
+                         f"{spectrum.size} instead.")
+    if spectrum is not None and spectral_size(spectrum) > conic_size:
+        levels = spectral_levels(spectrum)[0].size
+        size = (f"the spectral program is too large for cvxpy ({levels:,} distinct levels x "
+                f"{X.shape[0]:,} rows = {spectral_size(spectrum):,} > {conic_size:,})")
+        if not smooth:
+            raise OptimumUnavailable(f"{size}, and F is not smooth and strongly convex "
+                                     f"(mu={mu!r}, nu={nu!r}; L-BFGS-B and Newton's polish "
+                                     "need mu > 0 and nu > 0)")
+        outcome: Optimum | list[str] = [size]
+    else:
+        try:
+            outcome = _conic(X, y, model, caps, radius, solvers, rtol, time_limit, atol,
+                             mu, nu, spectrum)
+        except OptimumUnavailable as err:
+            if not smooth:
+                raise
+            outcome = [str(err)]
+    if isinstance(outcome, Optimum):
+        return outcome
+    if smooth:
+        return solve_smooth(Problem(X, y, model, SpectralSet(spectrum), mu, nu, radius),
+                            rtol, atol, outcome)
+    raise OptimumUnavailable("no solver gave a certified optimum (" + "; ".join(outcome) + ")")
+
+
+def _conic(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None, radius: float,
+           solvers: tuple[str, ...], rtol: float, time_limit: float | None, atol: float,
+           mu: float, nu: float, spectrum: np.ndarray | None) -> Optimum | list[str]:
+    """The cvxpy attempts of ``solve``: the first certified ``Optimum``, or why each failed."""
     try:
         import cvxpy as cp
     except ImportError as err:
@@ -198,7 +314,6 @@ def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: fl
     if getattr(model, "cvx_raw_losses", None) is None:
         raise OptimumUnavailable(f"the model '{model.name}' has no convex formulation "
                                  "(cvx_raw_losses)")
-    X = np.asarray(X, dtype=np.float64)
     attempts: list[str] = []
     for solver, options in ATTEMPTS:
         if solver not in solvers:
@@ -206,24 +321,25 @@ def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: fl
         if time_limit is not None:
             options = {**options, TIME_LIMIT_OPTION[solver]: time_limit}
         outcome = _attempt(cp, X, y, model, caps, radius, solver, options, rtol, atol,
-                           mu, nu)
+                           mu, nu, spectrum)
         if isinstance(outcome, Optimum):
             outcome.attempts = [*attempts, outcome.attempts[0]]
             return outcome
         attempts.append(outcome)
-    raise OptimumUnavailable("no solver gave a certified optimum (" + "; ".join(attempts) + ")")
+    return attempts
 
 
-def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
+def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None,
              radius: float, solver: str, options: dict[str, Any],
-             rtol: float, atol: float, mu: float = 0.0, nu: float = 0.0) -> Optimum | str:
+             rtol: float, atol: float, mu: float = 0.0, nu: float = 0.0,
+             spectrum: np.ndarray | None = None) -> Optimum | str:
     """One solve and its certificate: a certified ``Optimum``, or why not."""
     limit = options.get(TIME_LIMIT_OPTION[solver])
     label = solver + "".join(f" {k}={v}" for k, v in options.items()
                              if k not in ("max_iters", TIME_LIMIT_OPTION[solver]))
     if solver not in cp.installed_solvers():
         return f"{label}: not installed"
-    problem, w, excess = _formulate(X, y, model, caps, radius, mu, nu)
+    problem, w, excess = _formulate(X, y, model, caps, radius, mu, nu, spectrum)
     if not problem.is_dcp():
         raise OptimumUnavailable(f"the model '{model.name}' gave no convex (DCP) "
                                  "formulation of its losses")
@@ -242,7 +358,8 @@ def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray
     dual = excess.dual_value
     try:
         value, lower = certify(X, y, model, caps, radius, np.asarray(w.value),
-                               None if dual is None else np.asarray(dual), mu=mu, nu=nu)
+                               None if dual is None else np.asarray(dual), mu=mu, nu=nu,
+                               spectrum=spectrum)
     except (ValueError, FloatingPointError) as err:
         return f"{label}: certification failed: {err}"
     w_star = project_ball(np.asarray(w.value, dtype=np.float64), radius)
@@ -251,7 +368,8 @@ def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray
     if smooth_and_strongly_convex(mu, nu):
         began = time.perf_counter()
         try:
-            sharp = polish(Problem(X, y, model, CappedSet(caps), mu, nu, radius), w_star)
+            sharp = polish(Problem(X, y, model, _constraint(caps, spectrum), mu, nu, radius),
+                           w_star)
         except (ValueError, FloatingPointError) as err:
             note += f"; polishing failed ({type(err).__name__}: {err}), the conic interval kept"
         else:
@@ -267,6 +385,50 @@ def _attempt(cp: Any, X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray
                 f"+ atol={atol:g}")
     return Optimum(value, lower, solver, problem.status, elapsed + polish_time,
                    [float(v) for v in w_star], [note], polished, polish_time)
+
+
+def solve_smooth(problem: Problem, rtol: float = 1e-5, atol: float = 1e-8,
+                 notes: list[str] | tuple[str, ...] = (), *,
+                 max_iter: int = 10_000) -> Optimum:
+    """OPT of a smooth, strongly convex ``F`` (``nu > 0``, ``mu > 0``) without a
+    conic solver: scipy's L-BFGS-B on ``Problem.value_and_grad`` from ``w = 0``
+    (unconstrained: ``F`` is ``C^1`` and has a minimiser; ``polish`` handles the
+    ball) until its line search stalls, then ``polish``, the interval also
+    bounded below by ``certify``'s dual bound at the inner maximiser. ``notes``:
+    why the conic path was not taken, kept in ``attempts``. Raises
+    ``OptimumUnavailable`` when the interval is wider than ``rtol |upper| + atol``."""
+    if not smooth_and_strongly_convex(float(problem.mu), float(problem.nu)):
+        raise ValueError(f"solve_smooth needs mu > 0 and nu > 0; got mu={problem.mu!r}, "
+                         f"nu={problem.nu!r}")
+    from scipy.optimize import minimize  # imported on use, as in project_capped
+
+    def value_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+        value, grad, _ = problem.value_and_grad(w)
+        return value, grad
+
+    start = time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore"):
+        found = minimize(value_grad, np.zeros(problem.n_params), jac=True, method="L-BFGS-B",
+                         options={"maxiter": max_iter, "maxfun": 2 * max_iter, "ftol": 0.0,
+                                  "gtol": 0.0, "maxcor": 20})
+    lbfgs_time = time.perf_counter() - start
+    label = f"{LBFGS}: {found.nit} iterations in {lbfgs_time:.2f} s"
+    began = time.perf_counter()
+    try:
+        sharp = polish(problem, np.asarray(found.x, dtype=np.float64))
+        _, lower = _certify_problem(problem, sharp.w, None, problem.constraint.euclidean_project)
+    except (ValueError, FloatingPointError) as err:
+        raise OptimumUnavailable("; ".join([*notes, f"{label}; polishing or certification "
+                                            f"failed ({type(err).__name__}: {err})"])) from err
+    polish_time = time.perf_counter() - began
+    value, lower = sharp.upper, min(max(lower, sharp.lower), sharp.upper)
+    if not value - lower <= rtol * abs(value) + atol:
+        raise OptimumUnavailable("; ".join([*notes, f"{label}; the certified interval "
+                                            f"[{lower:.9g}, {value:.9g}] after polishing is "
+                                            f"wider than rtol={rtol:g} x |upper| + atol={atol:g}"]))
+    note = f"{label}; polished by Newton in {polish_time:.2f} s: interval {value - lower:.2g}"
+    return Optimum(value, lower, LBFGS, "polished", lbfgs_time + polish_time,
+                   [float(v) for v in sharp.w], [*notes, note], True, polish_time)
 
 
 def smooth_and_strongly_convex(mu: float, nu: float) -> bool:
@@ -297,18 +459,25 @@ def polish(problem: Problem, w0: np.ndarray) -> InnerSolution:
                                   float(problem.mu), float(problem.radius), enclose=enclose)
 
 
-def certify(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray, radius: float,
+def certify(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None, radius: float,
             w: np.ndarray, dual: np.ndarray | None, *, mu: float = 0.0,
-            nu: float = 0.0) -> tuple[float, float]:
+            nu: float = 0.0, spectrum: np.ndarray | None = None) -> tuple[float, float]:
     """``(upper, lower)`` with ``lower <= OPT <= upper`` (see the module docstring).
 
     ``upper`` is the objective at ``w`` projected onto the ball; ``lower`` is
     the certified minimum of ``<L(.), p>`` for ``p`` = ``dual`` projected onto K
     (the oracle's argmax at ``w`` if there is no dual), started at ``w``. With
-    ``mu`` or ``nu`` nonzero: ``upper = F(w)`` (``harness.problem.Problem.value``)
-    and ``lower`` a certified lower bound on the dual function ``D(q)`` at that
-    ``q`` (the inner maximiser at ``w`` if there is no dual).
+    ``mu`` or ``nu`` nonzero, or a spectral set (``caps=None``, ``spectrum``):
+    ``upper = F(w)`` (``harness.problem.Problem.value``) and ``lower`` a
+    certified lower bound on the dual function ``D(q)`` at that ``q`` (the inner
+    maximiser at ``w`` if there is no dual).
     """
+    caps, spectrum = _set_arrays(caps, spectrum)
+    if spectrum is not None:
+        _check_regularisation(radius, mu, nu)
+        spectral = SpectralSet(spectrum)
+        problem = Problem(np.asarray(X, dtype=np.float64), y, model, spectral, mu, nu, radius)
+        return _certify_problem(problem, w, dual, spectral.euclidean_project)
     if mu != 0.0 or nu != 0.0:
         return _certify_regularised(X, y, model, caps, radius, w, dual, mu, nu)
     w = project_ball(np.asarray(w, dtype=np.float64), radius)
@@ -334,6 +503,40 @@ def _check_regularisation(radius: float, mu: float, nu: float) -> None:
                          f"with mu={mu!r}")
 
 
+def set_form(constraint: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(caps, spectrum)`` of a constraint set, at most one of them not None:
+    its ``row_caps()`` if it has caps, else its ``spectrum()`` if it is a
+    permutahedron, else ``(None, None)`` (no exact optimum for it)."""
+    caps = constraint.row_caps()
+    if caps is not None:
+        return np.asarray(caps, dtype=np.float64), None
+    spectrum = getattr(constraint, "spectrum", None)
+    if spectrum is None:
+        return None, None
+    return None, np.asarray(spectrum(), dtype=np.float64)
+
+
+def _set_arrays(caps: np.ndarray | None,
+                spectrum: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The one given of ``caps`` and ``spectrum`` as contiguous float64 (the other
+    None); a spectrum checked: non-negative, ascending, summing to 1."""
+    if (caps is None) == (spectrum is None):
+        raise ValueError("give the set's caps or its spectrum (caps=None), exactly one")
+    if spectrum is None:
+        return np.ascontiguousarray(caps, dtype=np.float64), None
+    sigma = np.ascontiguousarray(spectrum, dtype=np.float64)
+    if not (sigma.ndim == 1 and sigma.size > 0 and np.all(np.isfinite(sigma))
+            and sigma[0] >= 0.0 and np.all(np.diff(sigma) >= 0.0)
+            and abs(math.fsum(sigma.tolist()) - 1.0) <= 1e-12):
+        raise ValueError("The spectrum must be non-negative, sorted ascending and sum to 1. "
+                         f"Got {sigma!r} instead.")
+    return None, sigma
+
+
+def _constraint(caps: np.ndarray | None, spectrum: np.ndarray | None) -> Any:
+    return SpectralSet(spectrum) if spectrum is not None else CappedSet(caps)
+
+
 class CappedSet:
     """``K = {0 <= q_i <= c_i, sum q = 1}`` from its caps alone: the two
     methods ``harness.problem.Problem`` asks of a constraint set."""
@@ -348,18 +551,41 @@ class CappedSet:
         return capped_simplex_euclidean(v, self.caps)
 
 
+class SpectralSet:
+    """The permutahedron ``P(sigma)`` from its spectrum alone (ascending): the two
+    methods ``harness.problem.Problem`` asks of a constraint set."""
+
+    def __init__(self, spectrum: np.ndarray) -> None:
+        self.sigma = np.ascontiguousarray(spectrum, dtype=np.float64)
+
+    def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
+        losses = np.ascontiguousarray(losses, dtype=np.float64)
+        q = permutahedron_lmo(losses, self.sigma)
+        return float(losses @ q), q
+
+    def euclidean_project(self, v: np.ndarray) -> np.ndarray:
+        return permutahedron_projection(np.ascontiguousarray(v, dtype=np.float64), self.sigma)
+
+
 def _certify_regularised(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray,
                          radius: float, w: np.ndarray, dual: np.ndarray | None,
                          mu: float, nu: float) -> tuple[float, float]:
     _check_regularisation(radius, mu, nu)
     problem = Problem(X, y, model, CappedSet(caps), mu, nu, radius)
+    return _certify_problem(problem, w, dual, lambda v: project_capped(v, caps))
+
+
+def _certify_problem(problem: Problem, w: np.ndarray, dual: np.ndarray | None,
+                     project: Any) -> tuple[float, float]:
+    """``certify`` through ``harness.problem``: ``F(w)`` and the dual bound at
+    ``project(dual)`` (the inner maximiser at ``w`` without a finite dual)."""
     w = problem.project(np.asarray(w, dtype=np.float64))
     losses = problem.losses(w)
     upper = problem.value(w, losses)
     if dual is None or not np.all(np.isfinite(dual)):
         q = problem.inner(losses)[1]
     else:
-        q = project_capped(np.asarray(dual, dtype=np.float64), caps)
+        q = project(np.asarray(dual, dtype=np.float64))
     lower, _ = dual_lower_bound(problem, q, w, abs_tol=1e-12, rel_tol=1e-9, max_iter=5000)
     if not (math.isfinite(upper) and math.isfinite(lower)):
         raise FloatingPointError("non-finite objective or bound")
