@@ -417,6 +417,14 @@ def test_a_large_spectral_run_takes_the_smooth_path_without_a_precision_warning(
     assert points[max(points)]["suboptimality"] >= 0.0
 
 
+def test_a_smooth_spectral_run_needs_no_cvxpy(tmp_path, monkeypatch):
+    # without cvxpy a capped set's OPT is skipped (tests/test_optimum.py); a smooth,
+    # strongly convex problem over a permutahedron still gets its OPT by L-BFGS-B
+    monkeypatch.setattr(reference, "_cvxpy_installed", lambda: False)
+    params, _ = _play(game_cfg(*_spectral_run(tmp_path, "esrm", "kin8nm", 8192)))
+    assert params["opt_status"] == "solved" and params["opt_solver"] == optimum.LBFGS
+
+
 def test_a_set_of_neither_form_is_skipped_with_its_reason():
     class Neither:
         name = "neither"

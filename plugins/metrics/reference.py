@@ -13,7 +13,8 @@ key computes nothing):
       cache_dir: null  # null: $XDG_CACHE_HOME/minimax-bench, else ~/.cache/minimax-bench
 
 ``auto`` computes OPT (``plugins.metrics.optimum``: a capped set or a permutahedron
-``P(sigma)``, its ``row_caps()`` or its ``spectrum()``) when cvxpy is installed and
+``P(sigma)``, its ``row_caps()`` or its ``spectrum()``) when cvxpy is installed (a
+smooth, strongly convex problem over a permutahedron does without) and
 ``n * d <= max_size``; ``true`` whatever the size. OPT is cached on disk per
 (data, model, loss scale, K, B). The run's params gain OPT's certified interval
 (``opt_lower <= OPT <= opt``, ``opt_width``), ``opt_solver``, ``opt_status`` and
@@ -114,7 +115,10 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
     cached = optimum.load_cached(cache_dir, key)
     if cached is not None:
         return "cached", f"from {cache_dir / f'opt-{key}.json'}", cached
-    if not _cvxpy_installed():
+    # a smooth, strongly convex F over a permutahedron has a path without cvxpy
+    smooth_spectral = (spectrum is not None
+                       and optimum.smooth_and_strongly_convex(problem.mu, problem.nu))
+    if not smooth_spectral and not _cvxpy_installed():
         if conf["exact"] == "auto":
             return "skipped", "cvxpy is not installed (pip install 'minimax-bench[exact]')", None
         raise ConfigError("reference.exact=true needs cvxpy: pip install 'minimax-bench[exact]'.")
