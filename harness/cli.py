@@ -32,15 +32,19 @@ def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
     names, k = run.names, run.constraint.k
     who = (f"{names['p_player']} vs {names['w_player']}" if run.solver is None
            else f"solver {names['solver']}")
+    # a set that names itself (e.g. "extremile r=2") is not read as an average top-k loss
+    label = prepared.context.tags.get("constraint_label")
     lines = [
         f"minimax-bench: {who} on {names['dataset']} "
-        f"({names['constraint']}, k={k}, model {names['model']}, seed {prepared.seed})",
+        f"({names['constraint']}, {label or f'k={k}'}, model {names['model']}, "
+        f"seed {prepared.seed})",
     ]
     problem = run.problem
     plain = problem.mu == 0.0 and problem.nu == 0.0
     rows = [
         ("certified dual gap", metrics.get("dual_gap")),
-        (f"objective (avg top-{k} loss, scaled)" if plain else
+        (f"objective ({label}, scaled)" if plain and label else
+         f"objective (avg top-{k} loss, scaled)" if plain else
          f"objective F (mu={problem.mu:.3g}, nu={problem.nu:.3g})", metrics.get("objective")),
         ("accuracy", metrics.get("accuracy")),
         (f"MSE of the {k} largest losses", metrics.get("topk_mse")),

@@ -7,9 +7,11 @@ numerics (Algorithm 4, Algorithm 5, the Euclidean projection) are in
 ``plugins.lib.capped``.
 
 ``level`` asks for k as a fraction of the data set's n instead: ``k = max(1,
-floor(level n))``, the superquantile (CVaR) at that level, e.g. ``level=0.5``
-for the DRO papers' k = n/2. One sweep then covers data sets of different n
-(``constraint.level=null,0.5``); the k used is recorded as ``constraint.k``.
+floor(level n))``, the average of the largest ``level`` share of the losses: the
+superquantile (CVaR) at level ``1 - level`` (``constraint=spectral``'s
+``level`` counts the other way), the same at ``level=0.5``, the DRO papers' k =
+n/2. One sweep then covers data sets of different n (``constraint.level=null,0.5``);
+the k used is recorded as ``constraint.k``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class KSet:
                              "(Algorithm 5) or systematic sampling (Madow), same marginals"),
         "level": Param(float, low=0.0, low_open=True, high=1.0, nullable=True,
                        doc="if set, k = max(1, floor(level n)) in place of k "
-                           "(e.g. 0.5: the superquantile at level 0.5, k = n/2)"),
+                           "(the superquantile at level 1 - level; 0.5: k = n/2)"),
     }
 
     def __init__(self, n: int, k: int = 20, sampler: str = "depround",
