@@ -18,6 +18,7 @@ from plugins.lib.capped import capped_simplex_euclidean
 from plugins.solvers.best_response import BestResponse, best_response_dense
 from plugins.solvers.lsvrg import LSVRG
 from plugins.solvers.prospect import Prospect
+from plugins.solvers.set_form import caps_form
 from plugins.solvers.sgd import SGD
 
 SOLVERS = (Prospect, LSVRG)
@@ -121,7 +122,7 @@ def _dense_prospect(problem, lr, rows):
     losses = problem.losses(w)
     G = np.array([model.value_and_grad(w, X[j:j + 1], y[j:j + 1], np.ones(1))[1]
                   for j in range(n)])
-    lam = best_response_dense(losses, caps, problem.nu)
+    lam = best_response_dense(losses, caps_form(caps), problem.nu)
     rho = lam.copy()
     gbar = G.T @ rho
     for i in rows:
@@ -130,7 +131,7 @@ def _dense_prospect(problem, lr, rows):
         w = (w - lr * v) / (1.0 + lr * problem.mu)
         losses[i] = loss
         cur = lam[i]
-        lam = best_response_dense(losses, caps, problem.nu)
+        lam = best_response_dense(losses, caps_form(caps), problem.nu)
         gbar = gbar + cur * g - rho[i] * G[i]
         rho[i] = cur
         G[i] = g

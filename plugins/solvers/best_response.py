@@ -1,15 +1,19 @@
 """The best response ``q(l)`` of the problem's inner maximisation, dense and
-maintained under one-row updates (Prospect's ``lambda``, LSVRG's anchor).
+maintained under one-row updates (Prospect's ``lambda``, LSVRG's anchor), on
+either form of the constraint set (``plugins.solvers.set_form``).
 
-With ``nu > 0``, ``q(l)_j = clip(v_j - theta, 0, c_j)``, ``v = 1/n + l / (nu
-n)``, ``c`` the set's row caps and ``theta`` the root of ``f(theta) = sum_j
-clip(v_j - theta, 0, c_j) = 1``: ``f = P_U - P_L`` over the multisets ``U =
-{v_j}`` and ``L = {v_j - c_j}`` (``P_S(t) = sum_{s in S} relu(s - t)``), each
-kept in an ``OrderTree`` (``plugins.solvers.order_tree``), so ``theta``
-follows a changed loss by Newton's method from the last one (two O(log n)
-evaluations of ``f`` in the common case). With ``nu = 0`` it is the linear
-maximisation oracle. The derivation and the costs: ``docs/algorithms.md``,
-Solvers (the best response of Prospect's problem, Mehta et al., ICLR 2024).
+Row caps ``c``, ``nu > 0``: ``q(l)_j = clip(v_j - theta, 0, c_j)``, ``v = 1/n +
+l / (nu n)``, ``theta`` the root of ``f(theta) = sum_j clip(v_j - theta, 0, c_j)
+= 1``: ``f = P_U - P_L`` over the multisets ``U = {v_j}`` and ``L = {v_j - c_j}``
+(``P_S(t) = sum_{s in S} relu(s - t)``), each kept in an ``OrderTree``
+(``plugins.solvers.order_tree``), so ``theta`` follows a changed loss by
+Newton's method from the last one (two O(log n) evaluations of ``f`` in the
+common case). A spectrum ``sigma``, ``nu > 0``: the projection of ``v`` onto
+``P(sigma)``, its sorted values and pooled blocks kept in a ``PoolTree``
+(``plugins.solvers.pool_tree``). With ``nu = 0`` the linear maximisation
+oracle (a spectrum: ``sigma`` at the row's rank). The derivations and the
+costs: ``docs/algorithms.md``, Solvers (the best response of Prospect's
+problem, Mehta et al., ICLR 2024).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from plugins.lib.capped import euclidean_projection_row_caps
+from plugins.lib.permutahedron import permutahedron_lmo, permutahedron_projection
 from plugins.solvers.order_tree import (
     OrderTree,
     order_tree_new,
@@ -30,6 +35,14 @@ from plugins.solvers.order_tree import (
     relu_sum,
     select_value,
 )
+from plugins.solvers.pool_tree import (
+    PoolTree,
+    pool_tree_new,
+    pool_tree_q,
+    pool_tree_replace,
+    pool_tree_weight,
+)
+from plugins.solvers.set_form import ROW_CAPS, SPECTRUM, SetForm, caps_form
 
 #: a mass the LMO leaves of at most this is rounding (``lmo_row_caps``)
 LMO_REST = 1e-12
@@ -57,21 +70,29 @@ def lmo_row_caps(losses, caps):  # pragma: no cover - compiled
 
 
 @njit(cache=True, error_model="numpy")
-def best_response_dense(losses, caps, nu):  # pragma: no cover - compiled
-    """``q(l)`` over all rows: the projection of ``1/n + l/(nu n)`` onto the
-    capped simplex if ``nu > 0`` (O(n log n)), else ``lmo_row_caps``."""
+def best_response_dense(losses, form, nu):  # pragma: no cover - compiled
+    """``q(l)`` over all rows for the set of ``form`` (a ``SetForm``): the
+    projection of ``1/n + l/(nu n)`` onto K if ``nu > 0`` (O(n log n)), else the
+    LMO (``lmo_row_caps``; on ``P(sigma)``, ``sigma`` on the losses sorted
+    ascending, ties by row)."""
     n = losses.size
+    if form.kind == SPECTRUM:
+        if nu == 0.0:
+            return permutahedron_lmo(losses, form.sigma)
+        return permutahedron_projection(1.0 / n + losses / (nu * n), form.sigma)
     if nu == 0.0:
-        return lmo_row_caps(losses, caps)
-    return euclidean_projection_row_caps(1.0 / n + losses / (nu * n), caps)
+        return lmo_row_caps(losses, form.caps)
+    return euclidean_projection_row_caps(1.0 / n + losses / (nu * n), form.caps)
 
 
 class BRState(NamedTuple):
-    """The state of ``BestResponse`` (its kernels read it by name): the trees of
-    ``U = {v_j}`` (``upper``) and ``L = {v_j - c_j}`` (``lower``; a placeholder
-    with equal caps, whose ``L`` is ``U`` shifted by ``-cap``), ``v`` and the
-    row caps, ``nu``, the first cap, whether the caps are equal, and the last
-    threshold (one float, nan before the first)."""
+    """The state of ``BestResponse`` (its kernels read it by name). Row caps: the
+    trees of ``U = {v_j}`` (``upper``) and ``L = {v_j - c_j}`` (``lower``; a
+    placeholder with equal caps, whose ``L`` is ``U`` shifted by ``-cap``),
+    ``v`` and the row caps, ``nu``, the first cap, whether the caps are equal,
+    and the last threshold (one float, nan before the first). ``kind``: the
+    set's form (``set_form.ROW_CAPS`` or ``SPECTRUM``); a spectrum keeps ``v``,
+    ``nu`` and ``pool``, a ``PoolTree`` (placeholders elsewhere)."""
 
     upper: OrderTree
     lower: OrderTree
@@ -81,6 +102,8 @@ class BRState(NamedTuple):
     cap: float
     equal: bool
     theta: np.ndarray
+    kind: np.int64
+    pool: PoolTree
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -178,10 +201,14 @@ def br_theta(br, remember):  # pragma: no cover - compiled
 @njit(cache=True, error_model="numpy")
 def br_update(br, i, loss, n):  # pragma: no cover - compiled
     """Row i's loss becomes ``loss``: ``v_i = 1/n + loss / (nu n)`` (``loss``
-    itself when ``nu = 0``) moves in U (and L)."""
+    itself when ``nu = 0``) moves in U (and L), or in the ``PoolTree``."""
     v, caps, nu = br.v, br.caps, br.nu
     v_new = 1.0 / n + loss / (nu * n) if nu > 0.0 else loss
     if v_new == v[i]:
+        return
+    if br.kind == SPECTRUM:
+        pool_tree_replace(br.pool, i, v_new, nu > 0.0)
+        v[i] = v_new
         return
     order_tree_replace(br.upper, i, v[i], v_new)
     if not br.equal and nu > 0.0:
@@ -205,8 +232,13 @@ def weight_lmo_scan(br, i):  # pragma: no cover - compiled
 def br_weight(br, i):  # pragma: no cover - compiled
     """``q(l)_i`` for the current losses: ``clip(v_i - theta, 0, c_i)`` if
     ``nu > 0``; else the LMO's weight of row i (from its rank with equal
-    caps, by ``weight_lmo_scan`` otherwise)."""
+    caps, by ``weight_lmo_scan`` otherwise). A spectrum: row i's weight in
+    the ``PoolTree`` (O(log n)) if ``nu > 0``, else ``sigma`` at its rank (O(1))."""
     v, caps = br.v, br.caps
+    if br.kind == SPECTRUM:
+        if br.nu > 0.0:
+            return pool_tree_weight(br.pool, i)
+        return br.pool.sigma[br.pool.rank[i]]
     if br.nu > 0.0:
         return min(max(v[i] - br_theta(br, True), 0.0), caps[i])
     if not br.equal:
@@ -224,29 +256,43 @@ def br_weight(br, i):  # pragma: no cover - compiled
 
 class BestResponse:
     """``q(l)`` of the problem's inner maximisation, maintained as single losses
-    change (module docstring): ``update(i, loss)`` O(log n) amortised,
+    change (module docstring), on the set of ``form`` (a ``SetForm``, or the
+    row caps as an array). Row caps: ``update(i, loss)`` O(log n) amortised,
     ``weight(i)`` O(log n) in the common case and O(log^2 n) at worst (nu > 0)
-    or O(log n) (nu = 0, equal caps), ``q()`` O(n). ``block`` and ``fanout``:
-    the trees' leaf and node capacities (``order_tree_new``; small ones in
-    the tests, so that splits and rebuilds happen).
+    or O(log n) (nu = 0, equal caps). A spectrum: ``update`` O(|r - r'| +
+    leaf + log^2 n) in the common case (r, r' the row's old and new rank; the
+    nodes' bridges found again near the last ones), ``weight`` O(log n)
+    (nu > 0) or O(1). ``q()`` O(n) (a spectrum with nu > 0: O(n log n)).
+    ``block`` and ``fanout``: the trees' leaf and node capacities
+    (``order_tree_new``; a spectrum: ``block`` is the ``PoolTree``'s leaf;
+    small ones in the tests, so that splits and rebuilds happen).
 
     All state is in ``state``, a ``BRState`` (picklable); the compiled kernels
     take ``state`` itself."""
 
-    def __init__(self, losses: np.ndarray, caps: np.ndarray, nu: float,
+    def __init__(self, losses: np.ndarray, form: SetForm | np.ndarray, nu: float,
                  block: int | None = None, fanout: int | None = None) -> None:
+        if not isinstance(form, SetForm):
+            form = caps_form(form)
         losses = np.ascontiguousarray(losses, dtype=np.float64)
-        caps = np.ascontiguousarray(caps, dtype=np.float64)
         n = losses.size
         self.n = n
         self.nu = float(nu)
-        equal = bool(np.all(caps == caps[0]))
         v = 1.0 / n + losses / (nu * n) if nu > 0 else losses.copy()
+        if form.kind == SPECTRUM:
+            none = order_tree_new(np.zeros(1))
+            self.state = BRState(none, none, v, np.empty(0), self.nu, math.nan, True,
+                                 np.full(1, np.nan), np.int64(SPECTRUM),
+                                 pool_tree_new(v, form.sigma, nu > 0, block))
+            return
+        caps = form.caps
+        equal = bool(np.all(caps == caps[0]))
         U = order_tree_new(v, block, fanout)
         L = order_tree_new(v - caps, block, fanout) if (nu > 0 and not equal) else \
             order_tree_new(np.zeros(1))
         self.state = BRState(U, L, v, caps, self.nu, float(caps[0]), equal,
-                             np.full(1, np.nan))
+                             np.full(1, np.nan), np.int64(ROW_CAPS),
+                             pool_tree_new(np.zeros(1), np.ones(1), False))
 
     def update(self, i: int, loss: float) -> None:
         br_update(self.state, int(i), float(loss), self.n)
@@ -255,11 +301,16 @@ class BestResponse:
         return float(br_weight(self.state, int(i)))
 
     def theta(self) -> float:
+        """The threshold of row caps with ``nu > 0`` (``br_theta``)."""
         return float(br_theta(self.state, False))
 
     def q(self) -> np.ndarray:
-        """Every ``q(l)_j`` (O(n))."""
-        v, caps = self.state.v, self.state.caps
+        """Every ``q(l)_j`` (class docstring for the cost)."""
+        state = self.state
+        if state.kind == SPECTRUM:
+            pool = state.pool
+            return pool_tree_q(pool) if self.nu > 0 else pool.sigma[pool.rank]
+        v, caps = state.v, state.caps
         if self.nu > 0:
             return np.clip(v - self.theta(), 0.0, caps)
         return lmo_row_caps(v, caps)

@@ -12,7 +12,8 @@ optional ``row_grad_bound``), so any model runs under it.
   the ball of radius ``3B`` that FISTA's extrapolated points stay in
   (``model.row_grad_bound(X, y, 3B)``); a model without either needs ``lr``.
   With ``nu = 0``, AGD on F smoothed by the chi-square term at ``nu_s = 2 G
-  B / (T sqrt(n c_max))`` (Nesterov 2005), ``T = budget // n``. ``q``, the
+  B / (T sqrt(n c_max))`` (Nesterov 2005), ``T = budget // n``, ``c_max`` the
+  largest weight a point of K gives a row (largest cap or spectrum entry). ``q``, the
   dual iterate, is the inner maximiser of the true problem at ``w``,
   measured when ``q`` is read (once per iterate, outside the run's clock),
   never used by the iterations.
@@ -46,6 +47,7 @@ import harness
 from harness import ConfigError, Param, stream
 from harness.protocols import EuclideanProjection
 from plugins.lib.steps import check_scale, scale_param, scaled_step
+from plugins.solvers.set_form import largest_weight
 
 #: Armijo's sufficient-decrease constant and the most halvings of one line search
 ARMIJO_C1 = 1e-4
@@ -178,8 +180,7 @@ class FullBatch:
             if self.smoothing is not None:
                 nu_s = float(self.smoothing)
             elif math.isfinite(G) and finite:
-                caps = problem.constraint.row_caps()
-                c_max = float(np.max(caps)) if caps is not None else 1.0
+                c_max = largest_weight(problem.constraint)
                 T = max(1, int(budget) // n)
                 nu_s = 2.0 * G * radius / (T * math.sqrt(n * c_max))
             else:

@@ -23,8 +23,10 @@ class LSVRG(RowSolver):
     LSVRG (Mehta et al., AISTATS 2023): every n steps an anchor ``w~`` with its
     best response ``q~`` and full weighted gradient ``g~``; each step one
     uniformly drawn row, ``w <- w - lr (n sigma_j (g - g~_j) + g~ + mu w)``, then,
-    with a finite radius, a projection onto the ball. Default step ``1 / (c n
-    sigma_max L + mu)``, ``sigma_max = max_i c_i``, ``c = 1`` (as Prospect's).
+    with a finite radius, a projection onto the ball. The anchor's best
+    response is the set's dense one (``best_response_dense``: row caps or a
+    spectrum). Default step ``1 / (c n sigma_max L + mu)``, ``sigma_max`` the
+    largest cap or spectrum entry, ``c = 1`` (as Prospect's).
     ``counts_``: data points, gradients, steps since the anchor, steps.
     Derivation: docs/algorithms.md, "LSVRG: the step, its default and its
     counters".
@@ -35,6 +37,9 @@ class LSVRG(RowSolver):
     #: suite's model check asks this accuracy of it (``harness.protocols.Solver``)
     contract_accuracy: ClassVar[float] = 1e-8
     template: ClassVar[str] = "plugins.solvers.lsvrg_kernels"
+    #: the saved state's version (``harness.state``): 1, the set's form
+    #: (``SetForm``) in place of the row caps
+    state_version: ClassVar[int] = 1
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         X, y = self._prepare(problem, budget)
@@ -47,13 +52,13 @@ class LSVRG(RowSolver):
         # counters: data points, gradients formed, steps since the anchor, steps
         self.counts_ = np.zeros(4, dtype=np.int64)
         kernels.lsvrg_anchor(ms, X, y, self.w, self.anchor_, self.anchor_q_,
-                             self.anchor_grad_, self.caps_, self.nu_, self.counts_)
+                             self.anchor_grad_, self.form_, self.nu_, self.counts_)
         self._sync()
         return {**self._logged(), "epoch_length": n}
 
     def _steps(self, kernels, ms, X, y, problem: Any, rng, until: int) -> None:
         kernels.lsvrg_steps(ms, X, y, self.w, self.anchor_, self.anchor_q_, self.anchor_grad_,
-                            self.caps_, self.nu_, self.lr_, float(problem.mu),
+                            self.form_, self.nu_, self.lr_, float(problem.mu),
                             float(problem.radius), rng, until, self.counts_)
 
     @property

@@ -15,8 +15,9 @@ guard(globals(), ("njit", "m_row_loss", "m_row_grad", "m_row_scratch"), __name__
 
 
 @njit(cache=True, error_model="numpy")
-def lsvrg_anchor(ms, X, y, w, anchor, q, grad, caps, nu, counts):  # pragma: no cover - compiled
-    """The anchor at ``w``: ``q~ = q(l(w))`` and ``g~ = sum_j q~_j grad l_j(w)``:
+def lsvrg_anchor(ms, X, y, w, anchor, q, grad, form, nu, counts):  # pragma: no cover - compiled
+    """The anchor at ``w``: ``q~ = q(l(w))`` (``best_response_dense`` on the set's
+    ``form``) and ``g~ = sum_j q~_j grad l_j(w)``:
     every row's loss (n data points), then the gradients of the rows with
     ``q~_j != 0`` from what their loss evaluation left (no other is formed)."""
     n = X.shape[0]
@@ -29,7 +30,7 @@ def lsvrg_anchor(ms, X, y, w, anchor, q, grad, caps, nu, counts):  # pragma: no 
         grad[j] = 0.0
     for i in range(n):
         losses[i] = m_row_loss(ms, X, y, i, w, Z[i])
-    q[:] = best_response_dense(losses, caps, nu)
+    q[:] = best_response_dense(losses, form, nu)
     formed = 0
     for i in range(n):
         if q[i] != 0.0:  # a zero weight adds nothing: its gradient is not formed
@@ -43,7 +44,7 @@ def lsvrg_anchor(ms, X, y, w, anchor, q, grad, caps, nu, counts):  # pragma: no 
 
 
 @njit(cache=True, error_model="numpy")
-def lsvrg_steps(ms, X, y, w, anchor, q, grad, caps, nu, lr, mu, radius, rng, until,
+def lsvrg_steps(ms, X, y, w, anchor, q, grad, form, nu, lr, mu, radius, rng, until,
                 counts):  # pragma: no cover - compiled
     """Steps (and anchors every n steps) until ``counts[0] >= until``. A step
     whose row has ``q~_i = 0``, and the first step after an anchor (``w =
@@ -56,7 +57,7 @@ def lsvrg_steps(ms, X, y, w, anchor, q, grad, caps, nu, lr, mu, radius, rng, unt
     z = np.empty(m_row_scratch(ms))
     while counts[0] < until:
         if counts[2] == n:
-            lsvrg_anchor(ms, X, y, w, anchor, q, grad, caps, nu, counts)
+            lsvrg_anchor(ms, X, y, w, anchor, q, grad, form, nu, counts)
             continue
         i = rng.integers(0, n)
         a = n * q[i]

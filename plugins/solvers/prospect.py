@@ -37,9 +37,9 @@ class Prospect(RowSolver):
     #: suite's model check asks this accuracy of it (``harness.protocols.Solver``)
     contract_accuracy: ClassVar[float] = 1e-8
     template: ClassVar[str] = "plugins.solvers.prospect_kernels"
-    #: the saved state's version (``harness.state``): 1, the best response's
-    #: state a ``BRState`` read by field
-    state_version: ClassVar[int] = 1
+    #: the saved state's version (``harness.state``): 2, the ``BRState`` with the
+    #: set's form and its ``PoolTree`` (1: row caps only)
+    state_version: ClassVar[int] = 2
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         X, y = self._prepare(problem, budget)
@@ -52,7 +52,7 @@ class Prospect(RowSolver):
         self.counts_ = np.zeros(3, dtype=np.int64)
         Z = np.empty((n, kernels.m_row_scratch(ms)))
         kernels.prospect_losses(ms, X, y, self.w, self.losses_, Z, self.counts_)
-        self.table_ = BestResponse(self.losses_, self.caps_, problem.nu)
+        self.table_ = BestResponse(self.losses_, self.form_, problem.nu)
         self.rho_ = self.table_.q()
         kernels.prospect_grads(ms, X, y, self.w, self.rho_, Z, self.grads_, self.counts_)
         self.gbar_ = self.grads_.T @ self.rho_

@@ -1,6 +1,7 @@
 """What the built-in row solvers (``prospect``, ``lsvrg``, ``sgd``) share: their
-kernels, specialised per model; their inputs; the default constant step and
-the counters.
+kernels, specialised per model; their inputs (the set's form,
+``plugins.solvers.set_form``: row caps or a spectrum); the default constant
+step and the counters.
 
 **Kernels.** A row solver's numba kernels are a template
 (``plugins/solvers/<solver>_kernels.py``) calling the model's row roles through
@@ -9,11 +10,13 @@ the free names ``m_row_loss``, ``m_row_grad`` and ``m_row_scratch``;
 kernels or, for a model without them, to ``protocol_row_loss`` and the rest over
 ``value_and_grad`` on one row, run as plain Python: the same steps, slower.
 
-**The default step** (``default_step``): ``1 / (n c_max L + mu)`` when ``F`` is
-smooth (``nu > 0`` or no ball); with ``nu = 0`` in a ball, at most the
-subgradient method's constant step for the budget, ``B / (n c_max G sqrt(T))``
-(Nesterov 2004, Theorem 3.2.2). ``lr_scale`` multiplies it (``plugins.lib.steps``);
-``lr_default`` is logged unscaled; ``lr_smooth_`` keeps the smooth step.
+**The default step** (``default_step``): ``1 / (n sigma_max L + mu)`` when ``F``
+is smooth (``nu > 0`` or no ball); with ``nu = 0`` in a ball, at most the
+subgradient method's constant step for the budget, ``B / (n sigma_max G
+sqrt(T))`` (Nesterov 2004, Theorem 3.2.2); ``sigma_max`` the largest weight a
+point of K gives a row (the largest cap, or of the spectrum). ``lr_scale``
+multiplies it (``plugins.lib.steps``); ``lr_default`` is logged unscaled;
+``lr_smooth_`` keeps the smooth step.
 
 **Counters** (``docs/tracking.md``, Counters): ``counts_[0]`` data points
 (rows evaluated at a point, once per step), ``counts_[1]`` per-row gradients
@@ -37,33 +40,26 @@ from harness import ConfigError, Param
 from harness.engine import replaced_methods
 from harness.kernels import INTERPRETED, specialise
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.solvers.set_form import ROW_CAPS, SetForm, set_form, sigma_max
 
 #: the ``lr`` parameter of every row solver
 LR_PARAM = Param(float, low=0.0, low_open=True, nullable=True,
-                 doc="constant step; None: 1 / (n max_i c_i L + mu), L the rows' smoothness "
-                     "(nu = 0 in a ball: at most B / (n max_i c_i G sqrt(steps)))")
+                 doc="constant step; None: 1 / (n sigma_max L + mu), L the rows' smoothness, "
+                     "sigma_max the largest cap or spectrum entry "
+                     "(nu = 0 in a ball: at most B / (n sigma_max G sqrt(steps)))")
 #: the ``lr_scale`` parameter of every row solver (``plugins.lib.steps``)
 LR_SCALE_PARAM = scale_param("lr")
-#: the constant c of the default step ``1 / (c n max_i c_i L + mu)``
+#: the constant c of the default step ``1 / (c n sigma_max L + mu)``
 STEP_CONSTANT = 1.0
 #: the model's row roles the kernel templates call (as ``m_<role>``)
 ROW_ROLES = ("row_loss", "row_grad", "row_scratch")
 
 
-def row_caps(solver: str, problem: Any) -> np.ndarray:
-    """The constraint set's row caps, or a ``harness.ConfigError`` naming
-    ``solver`` and why it cannot run."""
-    caps = problem.constraint.row_caps()
-    if caps is None:
-        raise ConfigError(f"The solver '{solver}' needs a constraint set with row caps "
-                          f"(row_caps() is None for '{getattr(problem.constraint, 'name', '?')}').")
-    return np.ascontiguousarray(caps, dtype=np.float64)
-
-
-def default_step(n: int, caps: np.ndarray, smoothness: float, mu: float) -> float:
-    """``1 / (c n sigma_max L + mu)`` with ``sigma_max = max_i c_i`` (the largest
-    weight the best response can put on a row) and ``c = STEP_CONSTANT``."""
-    return 1.0 / (STEP_CONSTANT * n * float(np.max(caps)) * smoothness + mu)
+def default_step(n: int, largest: float, smoothness: float, mu: float) -> float:
+    """``1 / (c n sigma_max L + mu)`` with ``sigma_max = largest`` (the largest
+    weight the best response can put on a row, ``set_form.sigma_max``) and ``c =
+    STEP_CONSTANT``."""
+    return 1.0 / (STEP_CONSTANT * n * largest * smoothness + mu)
 
 
 def row_data(problem: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -185,22 +181,25 @@ class RowSolver:
         return state
 
     def _prepare(self, problem: Any, steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """The row caps, ``n``, ``nu``, the rows' smoothness (the model's
+        """The set's form (``form_``; ``caps_`` the row caps, None for a
+        spectrum), ``n``, ``nu``, the rows' smoothness (the model's
         ``row_smoothness``) and the constant step (the default, module
         docstring, for ``steps`` steps, times ``lr_scale``, unless ``lr`` is
         given); returns the kernels' ``X`` and ``y``."""
-        self.caps_ = row_caps(self.name, problem)
+        self.form_: SetForm = set_form(self.name, problem.constraint)
+        self.caps_ = self.form_.caps if self.form_.kind == ROW_CAPS else None
+        self.sigma_max_ = sigma_max(self.form_)
         X, y = row_data(problem)
         self.n_ = X.shape[0]
         self.nu_ = float(problem.nu)
         smoothness = getattr(problem.model, "row_smoothness", None)
         smoothness = smoothness(X) if smoothness is not None else None
         self.smoothness_ = math.nan if smoothness is None else float(smoothness)
-        self.lr_smooth_ = default_step(self.n_, self.caps_, self.smoothness_, problem.mu)
+        self.lr_smooth_ = default_step(self.n_, self.sigma_max_, self.smoothness_, problem.mu)
         self.lr_default_ = self.lr_smooth_
         radius, grad_bound = float(problem.radius), float(problem.model.grad_bound)
         if self.nu_ == 0.0 and math.isfinite(radius) and math.isfinite(grad_bound):
-            spread = self.n_ * float(np.max(self.caps_)) * grad_bound
+            spread = self.n_ * self.sigma_max_ * grad_bound
             subgradient = radius / (spread * math.sqrt(max(steps, 1)))
             self.lr_default_ = (subgradient if math.isnan(self.lr_default_)
                                 else min(self.lr_default_, subgradient))
@@ -222,7 +221,7 @@ class RowSolver:
 
     def _logged(self) -> dict[str, Any]:
         return {"lr": self.lr_, "lr_default": self.lr_default_, "smoothness": self.smoothness_,
-                "sigma_max": float(np.max(self.caps_))}
+                "sigma_max": self.sigma_max_}
 
     def _sync(self) -> None:
         self.data_points = int(self.counts_[0])

@@ -1,0 +1,341 @@
+"""The solvers on spectral sets (the permutahedron ``P(sigma)`` of the
+superquantile, extremile and ESRM): each against the exact OPT, the
+incremental best response (``plugins.solvers.pool_tree``) against the dense
+projection, the superquantile against the k-set and against the pooling path
+forced on its spectrum, the form read through the protocol (refusals,
+``sigma_max``), counters and bitwise resume."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from counting_kernels import STEP_COUNTER, Tally, instrument
+from scipy import optimize
+
+import harness
+from harness.problem import Problem
+from plugins.lib.permutahedron import permutahedron_lmo, permutahedron_projection, spectrum
+from plugins.metrics.optimum import polish
+from plugins.solvers.best_response import BestResponse, best_response_dense
+from plugins.solvers.full_batch import FullBatch
+from plugins.solvers.lsvrg import LSVRG
+from plugins.solvers.prospect import Prospect
+from plugins.solvers.set_form import spectrum_form
+
+RISKS = ("superquantile", "extremile", "esrm")
+
+
+class _Rows:
+    def __init__(self, X, y):
+        self.X, self.y, self.n_classes = X, y, 0
+
+
+def spectral_problem(risk: str, n: int = 60, seed: int = 0, nu: float = 1.0,
+                     mu: float | None = None, radius: float = math.inf, constraint=None,
+                     **params) -> Problem:
+    """Prospect's problem on a subsample of yacht (seeded; n = 308: all of it):
+    linear_mse without bias, loss_scale 2, mu = 1/n, nu = 1, no ball, on the
+    spectral set of ``risk`` (default parameters) or ``constraint``."""
+    data = harness.build("dataset", "yacht", scale="standard")
+    rows = np.random.default_rng(seed).choice(data.y.size, n, replace=False)
+    sub = _Rows(np.asarray(data.X[rows], dtype=np.float64), np.asarray(data.y[rows], dtype=float))
+    model = harness.build("model", "linear_mse", bias=False, loss_scale=2.0)
+    model.setup(sub, radius)
+    K = constraint if constraint is not None else harness.build(
+        "constraint_set", "spectral", n=n, risk=risk, **params)
+    return Problem(sub.X, sub.y, model, K, mu=1.0 / n if mu is None else mu, nu=nu,
+                   radius=radius)
+
+
+def exact_opt(problem: Problem):
+    """``[lower, upper]`` around ``F*`` (``plugins.metrics.optimum.polish``: Newton
+    from scipy's L-BFGS-B, certified by strong convexity)."""
+    start = optimize.minimize(lambda w: problem.value_and_grad(w)[:2],
+                              np.zeros(problem.n_params), jac=True, method="L-BFGS-B",
+                              options={"maxiter": 20000, "ftol": 1e-16, "gtol": 1e-12})
+    return polish(problem, start.x)
+
+
+class SpectrumOnly:
+    """A test double: ``inner`` (a spectral set) with no row caps, so that the
+    solvers take the pooling path on its spectrum."""
+
+    name = "spectrum_only"
+
+    def __init__(self, inner) -> None:
+        self.inner, self.n, self.k, self.sampler = inner, inner.n, inner.k, "none"
+
+    def row_caps(self):
+        return None
+
+    def spectrum(self, m=None):
+        return self.inner.spectrum(m)
+
+    def lmo(self, losses):
+        q = permutahedron_lmo(np.ascontiguousarray(losses, dtype=np.float64), self.spectrum())
+        return float(losses @ q), q
+
+    def euclidean_project(self, v):
+        return permutahedron_projection(np.ascontiguousarray(v, dtype=np.float64),
+                                        self.spectrum())
+
+    def contains(self, p, atol=1e-9):
+        return self.inner.contains(p, atol)
+
+
+class Neither(SpectrumOnly):
+    """A set with neither row caps nor a spectrum."""
+
+    name = "neither"
+
+    def spectrum(self, m=None):
+        return None
+
+
+def trajectory(solver, problem: Problem, targets, seed: int = 3) -> list[np.ndarray]:
+    """``solver``'s iterate after each target of data points (one generator)."""
+    solver.setup(problem, targets[-1])
+    rng = np.random.default_rng(seed)
+    out = []
+    for until in targets:
+        solver.advance(problem, rng, until)
+        out.append(np.array(solver.w, copy=True))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# each solver against the exact OPT
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("risk", RISKS)
+@pytest.mark.parametrize(("cls", "passes"), [(Prospect, 100), (LSVRG, 200), (FullBatch, 100)])
+def test_each_solver_reaches_the_exact_optimum(cls, passes, risk):
+    # all of yacht (n = 308: the best response's tree has 8 leaves), nu = 1, mu =
+    # 1/n, no ball, default steps, run seed 1: after `passes` passes F(w) is within
+    # 1e-8 of F* relative to |F*| (OPT certified to 1e-13 relative; measured:
+    # prospect and lsvrg reach F* to rounding, at half the passes to 4e-11 and
+    # 2e-9, full_batch's L-BFGS to rounding); the dual iterate is in K
+    problem = spectral_problem(risk, n=308)
+    opt = exact_opt(problem)
+    solver = cls()
+    solver.setup(problem, passes * problem.n)
+    solver.advance(problem, np.random.default_rng(1), passes * problem.n)
+    value = problem.value(solver.w)
+    assert opt.lower - 1e-12 * abs(opt.upper) <= value <= opt.upper + 1e-8 * abs(opt.upper)
+    assert problem.constraint.contains(solver.q)
+
+
+# ---------------------------------------------------------------------------
+# the incremental best response against the dense projection
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "leaf"), [(1, 2), (7, 2), (60, 3), (300, 4), (1000, 16)])
+@pytest.mark.parametrize("risk", RISKS)
+@pytest.mark.parametrize("nu", [1.0, 0.05, 0.0])
+def test_the_incremental_best_response_is_the_dense_one(n, leaf, risk, nu):
+    """Seed 7; 3000 one-row updates (a quarter copying another row's loss: ties;
+    a tenth a jump across the whole range), leaves of ``leaf`` positions (so
+    that the tree has many levels): after each, the weight of a random row,
+    and every 100 updates every weight, equal the dense projection of ``1/n +
+    l/(nu n)`` onto ``P(sigma)`` (nu = 0: the LMO, ties by row) to 1e-12; the
+    superquantile's spectrum here goes through the pooling path too."""
+    rng = np.random.default_rng(7)
+    sigma = spectrum(risk, n)
+    losses = rng.exponential(size=n)
+    br = BestResponse(losses, spectrum_form(sigma), nu, block=leaf)
+    worst = 0.0
+    for step in range(3000):
+        i = int(rng.integers(n))
+        draw = rng.random()
+        if draw < 0.25:
+            losses[i] = losses[rng.integers(n)]
+        elif draw < 0.35:
+            losses[i] = 10.0 * rng.random()
+        else:
+            losses[i] = max(0.0, losses[i] + 0.1 * rng.standard_normal())
+        br.update(i, losses[i])
+        if nu > 0:
+            q = permutahedron_projection(1.0 / n + losses / (nu * n), sigma)
+        else:
+            q = permutahedron_lmo(losses, sigma)
+        j = int(rng.integers(n))
+        worst = max(worst, abs(br.weight(j) - q[j]))
+        if step % 100 == 0:
+            worst = max(worst, float(np.max(np.abs(br.q() - q))))
+    assert worst <= 1e-12
+
+
+def test_the_best_response_state_pickles_and_continues():
+    """Seed 8, n = 200, extremile, nu = 1: a pickled and restored
+    ``BestResponse`` follows the same 500 updates to the same weights, bit for
+    bit, as the original."""
+    rng = np.random.default_rng(8)
+    n = 200
+    losses = rng.exponential(size=n)
+    a = BestResponse(losses, spectrum_form(spectrum("extremile", n)), 1.0, block=4)
+    b = pickle.loads(pickle.dumps(a))
+    for _ in range(500):
+        i = int(rng.integers(n))
+        loss = float(rng.exponential())
+        a.update(i, loss)
+        b.update(i, loss)
+        assert a.weight(i) == b.weight(i)
+    assert np.array_equal(a.q(), b.q())
+
+
+@pytest.mark.parametrize("risk", ["extremile", "esrm"])
+@pytest.mark.parametrize("nu", [1.0, 0.0])
+def test_lsvrgs_anchor_is_the_sets_inner_maximiser(risk, nu):
+    """Seed 9, n = 60: ``best_response_dense`` on the set's form equals
+    ``Problem.inner``'s maximiser (the set's own projection or LMO) to 1e-15."""
+    problem = spectral_problem(risk, nu=nu)
+    losses = problem.losses(np.random.default_rng(9).standard_normal(problem.n_params))
+    form = spectrum_form(problem.constraint.spectrum())
+    dense = best_response_dense(losses, form, problem.nu)
+    np.testing.assert_allclose(dense, problem.inner(losses)[1], rtol=0, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------
+# the superquantile: the k-set's path, and the pooling path forced on it
+# ---------------------------------------------------------------------------
+
+
+def _superquantile_and_kset(nu: float, radius: float):
+    """All of yacht (n = 308), level 0.75 (n (1 - level) = 77 = k): the spectral
+    superquantile and the k-set with k = 77 on the same data."""
+    spectral = spectral_problem("superquantile", n=308, nu=nu, radius=radius, level=0.75)
+    kset = harness.build("constraint_set", "kset", n=spectral.n, k=77)
+    return spectral, Problem(spectral.X, spectral.y, spectral.model, kset, mu=spectral.mu,
+                             nu=nu, radius=radius)
+
+
+@pytest.mark.parametrize(("nu", "radius"), [(1.0, math.inf), (0.0, 1.0)])
+@pytest.mark.parametrize("make", [Prospect, LSVRG, FullBatch])
+def test_the_superquantile_runs_as_the_kset(make, nu, radius):
+    # the superquantile with n (1 - level) = k and the k-set share the capped path:
+    # the same logged values and iterates, bit for bit (3 checkpoints, seed 3)
+    spectral, kset = _superquantile_and_kset(nu, radius)
+    targets = [spectral.n + 5, 5 * spectral.n, 20 * spectral.n]
+    a, b = make(), make()
+    assert a.setup(spectral, targets[-1]).keys() == b.setup(kset, targets[-1]).keys()
+    for wa, wb in zip(trajectory(a, spectral, targets), trajectory(b, kset, targets),
+                      strict=True):
+        assert np.array_equal(wa, wb)
+
+
+@pytest.mark.parametrize(("nu", "radius"), [(1.0, math.inf), (0.3, 1.0), (0.0, 1.0)])
+@pytest.mark.parametrize("cls", [Prospect, LSVRG])
+def test_the_pooling_path_on_the_superquantile_spectrum_is_the_capped_path(cls, nu, radius):
+    # the same superquantile (all of yacht, n (1 - level) = 77) through its row caps
+    # and through a test double that gives only its spectrum (the PoolTree for
+    # Prospect, pooling for LSVRG's anchor): the same default step and iterates
+    # within 1e-9 (max abs) at each of 3 checkpoints over 40 passes (seed 3)
+    capped = spectral_problem("superquantile", n=308, nu=nu, radius=radius, level=0.75)
+    pooled = Problem(capped.X, capped.y, capped.model, SpectrumOnly(capped.constraint),
+                     mu=capped.mu, nu=nu, radius=radius)
+    targets = [capped.n + 5, 5 * capped.n, 40 * capped.n]
+    a, b = cls(), cls()
+    assert a.setup(capped, targets[-1])["lr"] == b.setup(pooled, targets[-1])["lr"]
+    for wa, wb in zip(trajectory(a, capped, targets), trajectory(b, pooled, targets),
+                      strict=True):
+        np.testing.assert_allclose(wa, wb, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(a.q, b.q, rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# the form through the protocol: refusals, sigma_max
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [Prospect, LSVRG])
+def test_a_set_with_neither_caps_nor_spectrum_is_refused(cls):
+    problem = spectral_problem("extremile")
+    problem.constraint = Neither(problem.constraint)
+    with pytest.raises(harness.ConfigError, match=rf"solver '{cls.name}' needs a constraint "
+                                                  r"set with row caps or a spectrum; 'neither'"):
+        cls().setup(problem, 0)
+
+
+def test_full_batch_takes_sigma_max_for_its_smoothing():
+    """agd at nu = 0 in a ball smooths with ``2 G B / (T sqrt(n sigma_max))``,
+    sigma_max the spectrum's largest entry (1 for a set with neither)."""
+    problem = spectral_problem("extremile", nu=0.0, mu=0.0, radius=1.0)
+    G = problem.model.row_grad_bound(problem.X, problem.y, 3.0)
+    n, T = problem.n, 10
+    sigma_max = float(problem.constraint.spectrum().max())
+    logged = FullBatch().setup(problem, T * n)
+    assert logged["smoothing"] == pytest.approx(2 * G / (T * math.sqrt(n * sigma_max)),
+                                                rel=1e-12)
+
+
+@pytest.mark.parametrize("cls", [Prospect, LSVRG])
+@pytest.mark.parametrize("risk", ["extremile", "esrm"])
+def test_the_default_step_reads_sigma_max(cls, risk):
+    """``1 / (n sigma_max L + mu)``, sigma_max = max sigma, logged as sigma_max."""
+    problem = spectral_problem(risk)
+    X = problem.X
+    L = 2.0 * np.max(np.einsum("ij,ij->i", X, X)) / 2.0
+    sigma_max = float(problem.constraint.spectrum().max())
+    logged = cls().setup(problem, 0)
+    assert logged["sigma_max"] == sigma_max
+    assert logged["lr"] == pytest.approx(1.0 / (problem.n * sigma_max * L + problem.mu),
+                                         rel=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# counters and resume
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [Prospect, LSVRG])
+@pytest.mark.parametrize("nu", [1.0, 0.0])
+def test_counters_equal_the_row_kernels_calls(make, nu):
+    # extremile, n = 60, ball of radius 1, seed 7: the template run as plain Python
+    # through counting wrappers (tests/counting_kernels.py); after setup and each
+    # target, data_points and grad_evals equal the row evaluations and gradients
+    # seen, and the compiled run has the same counters and iterate (1e-12)
+    problem = spectral_problem("extremile", nu=nu, radius=1.0)
+    targets = (1, 57, 300, 1000)
+    tally = Tally()
+    counted, compiled = make(), make()
+    instrument(tally, counted, problem)
+    tally.clock = lambda: int(counted.counts_[STEP_COUNTER[counted.name]]) \
+        if hasattr(counted, "counts_") else -1
+    for solver in (counted, compiled):
+        solver.setup(problem, targets[-1])
+    assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
+    rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
+    for until in targets:
+        counted.advance(problem, rng_a, until)
+        compiled.advance(problem, rng_b, until)
+        assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
+        assert (compiled.data_points, compiled.grad_evals) == (counted.data_points,
+                                                               counted.grad_evals)
+    np.testing.assert_allclose(compiled.w, counted.w, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [Prospect, LSVRG])
+@pytest.mark.parametrize("risk", ["extremile", "esrm"])
+def test_resume_from_pickle_is_bitwise(cls, risk):
+    """Seed 5, all of yacht (n = 308), radius 1: pickled mid-run with its
+    generator and resumed, the solver ends at the same w, bit for bit, as the
+    run without a break."""
+    problem = spectral_problem(risk, n=308, radius=1.0)
+    straight = cls()
+    straight.setup(problem, 0)
+    rng = np.random.default_rng(5)
+    for until in (333, 1000, 2501):
+        straight.advance(problem, rng, until)
+    resumed = cls()
+    resumed.setup(problem, 0)
+    rng2 = np.random.default_rng(5)
+    resumed.advance(problem, rng2, 777)
+    _ = resumed.q  # reading the dual iterate changes nothing
+    resumed, rng2 = pickle.loads(pickle.dumps((resumed, rng2)))
+    resumed.advance(problem, rng2, 2501)
+    assert np.array_equal(straight.w, resumed.w)
