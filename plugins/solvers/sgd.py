@@ -11,9 +11,18 @@ gives ``F(w) = min_tau G(w, tau)`` with
     phi_i(z) = max_{0 <= q <= c_i} q z - (nu n/2) (q - 1/n)^2,
 
 an average of n jointly convex terms, so plain SGD on ``(w, tau)`` is unbiased.
-Its kernels are the template ``plugins.solvers.sgd_kernels``, run on any model
-through the model's row roles (``plugins.solvers.row_solver``).
-Derivation: docs/algorithms.md, "SGD: the form, the schedules and their theorems".
+That is the form on a set with row caps. A spectral set ``P(sigma)`` without
+them takes the field's mini-batch estimator instead (ronakdm/prospect,
+``StochasticSubgradientMethod`` with ``get_batch_subgrad``): b distinct rows,
+their losses sorted, weights ``q_b`` the spectrum over b rows (smoothed when
+``nu > 0`` as the authors do: the projection of ``1/b + l_b/(nu n)`` onto
+``P(sigma_b)``), step on ``sum_j q_j grad l_j + mu w``; biased (the risk of a
+mini-batch is not an unbiased estimate of the risk), so it reaches a
+neighbourhood of the optimum only. Its kernels are the template
+``plugins.solvers.sgd_kernels``, run on any model through the model's row roles
+(``plugins.solvers.row_solver``).
+Derivation: docs/algorithms.md, "SGD: the form, the schedules and their theorems"
+and "SGD on a spectral set".
 """
 
 from __future__ import annotations
@@ -28,10 +37,13 @@ import harness
 from harness import Param
 from plugins.lib.steps import check_scale, scale_param
 from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver
+from plugins.solvers.set_form import ROW_CAPS, set_form, spectrum_form
 
 #: schedule codes of the kernel
 CONSTANT, INVERSE, SQRT = 0, 1, 2
 SCHEDULES = {"constant": CONSTANT, "inverse": INVERSE, "sqrt": SQRT}
+#: the default batch on a spectral set (ronakdm/prospect's ``batch_size``)
+SPECTRAL_BATCH = 64
 
 
 class SGD(RowSolver):
@@ -54,7 +66,12 @@ class SGD(RowSolver):
     in use (``tau_lr_default * lr / lr_default``). With ``mu = nu = 0``: the
     algorithm of ``p_player=ru_sgd`` with ``w_player=ogd``. Each distinct drawn row
     counts one data point.
-    Derivation: docs/algorithms.md, "SGD: the form, the schedules and their theorems".
+
+    On a spectral set without row caps (module docstring): b distinct rows per
+    step (default 64), ``w <- w - eta_t (sum_j q_j grad L_j(w) + mu w)``, the same
+    schedules and average, no tau (``tau_lr`` refused, ``tau`` nan); biased.
+    Derivation: docs/algorithms.md, "SGD: the form, the schedules and their
+    theorems" and "SGD on a spectral set".
     """
 
     name: ClassVar[str] = "sgd"
@@ -73,7 +90,9 @@ class SGD(RowSolver):
                               "t0 = 1; else the row solvers' default step for about a pass, "
                               "t0 = n / batch); "
                               "inverse: 2 / (mu (t + a)) (mu > 0); constant: lr"),
-        "batch": Param(int, default=1, low=1, doc="rows per step b, drawn with replacement"),
+        "batch": Param(int, low=1, nullable=True,
+                       doc="rows per step b: with row caps drawn with replacement (None: 1), "
+                           "on a spectral set b distinct rows (None: 64, at most n)"),
         "average": Param(bool, default=True,
                          doc="report the schedule's average of the points where the "
                              "gradients are taken (inverse: weights t + a - 1; else "
@@ -82,8 +101,12 @@ class SGD(RowSolver):
 
     #: no dual iterate: the harness reports no dual gap
     q = None
+    #: the saved state's version (``harness.state``): 1, the batch in use
+    #: (``batch_``) and a spectral set's draw order and batch spectrum
+    state_version: ClassVar[int] = 1
 
-    def __init__(self, lr: float | None = None, tau_lr: float | None = None, batch: int = 1,
+    def __init__(self, lr: float | None = None, tau_lr: float | None = None,
+                 batch: int | None = None,
                  average: bool = True, lr_scale: float = 1.0, tau_lr_scale: float = 1.0,
                  schedule: str = "sqrt") -> None:
         self.lr = lr
@@ -95,11 +118,19 @@ class SGD(RowSolver):
         self.average = average
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
-        self._prepare(problem, budget // max(int(self.batch), 1))
+        capped = set_form(self.name, problem.constraint).kind == ROW_CAPS
+        b = self._batch(capped, problem.n)
+        self._prepare(problem, budget // b)
+        self.batch_ = b
         check_scale(self.name, "tau_lr", self.tau_lr, self.tau_lr_scale)
+        if not capped and (self.tau_lr is not None or self.tau_lr_scale != 1.0):
+            raise harness.ConfigError(
+                "The 'tau_lr' parameter of sgd steps the threshold of the Rockafellar-Uryasev "
+                "form, which a spectral set without row caps does not take (the mini-batch "
+                "estimator has no threshold): leave tau_lr and tau_lr_scale unset.")
         n, mu, nu = self.n_, float(problem.mu), self.nu_
         radius = float(problem.radius)
-        spread = n * float(np.max(self.caps_))
+        spread = n * self.sigma_max_
         schedule = self.schedule
         bound = float(getattr(problem.model, "loss_bound", math.inf)) / problem.scale
         grad_bound = float(problem.model.grad_bound)
@@ -121,7 +152,7 @@ class SGD(RowSolver):
             self.t0_ = 1.0
         elif schedule == "sqrt":  # smooth (nu > 0) or unbounded: the smooth step first
             lr_default = tau_default = self.lr_smooth_
-            self.t0_ = max(1.0, n / max(int(self.batch), 1))
+            self.t0_ = max(1.0, n / b)
         else:
             lr_default = tau_default = self.lr_default_
         if math.isnan(lr_default):  # the model declares no smoothness (row_solver)
@@ -142,24 +173,48 @@ class SGD(RowSolver):
         p = problem.n_params
         self.iterate_ = np.zeros(p)
         self.average_ = np.zeros(p)
-        #: [tau, the average's weight so far]
+        #: [tau, the average's weight so far] (a spectral set: tau is nan)
         self.tau_ = np.zeros(2)
         # counters: data points, gradients formed, steps
         self.counts_ = np.zeros(3, dtype=np.int64)
-        b = int(self.batch)
-        # the step that last evaluated each row and its draw there (sgd_steps)
-        self.mark_ = np.full(n, -1, dtype=np.int64)
-        self.slot_ = np.zeros(n, dtype=np.int64)
-        self.batch_grads_ = np.zeros((b, p))
-        self.batch_weights_ = np.zeros(b)
+        if capped:
+            # the step that last evaluated each row and its draw there (sgd_steps)
+            self.mark_ = np.full(n, -1, dtype=np.int64)
+            self.slot_ = np.zeros(n, dtype=np.int64)
+            self.batch_grads_ = np.zeros((b, p))
+            self.batch_weights_ = np.zeros(b)
+        else:
+            self.tau_[0] = math.nan
+            self.tau_lr_ = math.nan
+            # the spectrum over b rows; the rows in an order whose first b are the draw
+            self.batch_form_ = spectrum_form(problem.constraint.spectrum(b))
+            self.perm_ = np.arange(n, dtype=np.int64)
         self._sync()
-        return {**self._logged(), "tau_lr": self.tau_lr_, "batch": int(self.batch),
+        return {**self._logged(), "tau_lr": self.tau_lr_, "batch": b,
                 "schedule": schedule, "t0": self.t0_}
 
+    def _batch(self, capped: bool, n: int) -> int:
+        """The rows per step: ``batch``, or the set's form's default (class
+        docstring); on a spectral set at most n (distinct rows)."""
+        if self.batch is None:
+            return 1 if capped else min(SPECTRAL_BATCH, n)
+        if not capped and int(self.batch) > n:
+            raise harness.ConfigError(
+                f"The 'batch' parameter of sgd must be an int in [1, n={n}] on a spectral set "
+                f"(b distinct rows per step). Got {self.batch!r} instead.")
+        return int(self.batch)
+
     def _steps(self, kernels, ms, X, y, problem: Any, rng, until: int) -> None:
+        if self.caps_ is None:
+            kernels.sgd_spectral_steps(ms, X, y, self.iterate_, self.average_, self.tau_,
+                                       self.batch_form_, self.nu_, float(problem.mu), self.lr_,
+                                       float(problem.radius), self.batch_,
+                                       SCHEDULES[self.schedule_], self.t0_, rng, until,
+                                       self.counts_, self.perm_)
+            return
         kernels.sgd_steps(ms, X, y, self.iterate_, self.average_, self.tau_, self.caps_,
                           self.nu_, float(problem.mu), self.lr_, self.tau_lr_,
-                          float(problem.radius), int(self.batch), SCHEDULES[self.schedule_],
+                          float(problem.radius), self.batch_, SCHEDULES[self.schedule_],
                           self.t0_, self.tau_lo_, self.tau_hi_, rng, until, self.counts_,
                           self.mark_, self.slot_, self.batch_grads_, self.batch_weights_)
 
@@ -171,7 +226,8 @@ class SGD(RowSolver):
 
     @property
     def tau(self) -> float:
-        """The current threshold (the multiplier of ``sum q = 1``)."""
+        """The current threshold (the multiplier of ``sum q = 1``; nan on a
+        spectral set without row caps)."""
         return float(self.tau_[0])
 
 

@@ -1,4 +1,5 @@
-"""SGD's kernels (``plugins.solvers.sgd``), a template of ``harness.kernels``:
+"""SGD's kernels (``plugins.solvers.sgd``: the Rockafellar-Uryasev form on row
+caps, the mini-batch estimator on a spectrum), a template of ``harness.kernels``:
 ``plugins.solvers.row_solver.row_kernels`` binds ``m_row_loss``,
 ``m_row_grad`` and ``m_row_scratch`` to the model's row roles and ``njit`` to
 numba's (or to the identity, for a model without compiled row kernels).
@@ -11,6 +12,7 @@ import numpy as np
 
 from harness.gap import project_ball_inplace
 from harness.kernels import guard
+from plugins.lib.permutahedron import pav_sorted
 from plugins.solvers.sgd import ru_weight
 
 guard(globals(), ("njit", "m_row_loss", "m_row_grad", "m_row_scratch"), __name__)
@@ -91,5 +93,75 @@ def sgd_steps(ms, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, sc
             w[j] -= eta * (gw[j] / batch + mu * w[j])
         tt = tt - tau_lr * f * (1.0 - st / batch)
         tau[0] = min(max(tt, tau_lo), tau_hi)
+        project_ball_inplace(w, radius)
+        counts[2] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, mu, lr, radius, batch, schedule, t0,
+                       rng, until, counts, perm):  # pragma: no cover - compiled
+    """Mini-batch steps on a spectrum (``form.sigma``: the spectrum over ``batch``
+    rows) until ``counts[0] >= until``, ``avg`` and ``tau[1]`` as in
+    ``sgd_steps``: b distinct rows (the first b of ``perm`` after a partial
+    Fisher-Yates shuffle), their losses sorted ascending (ties by draw), weights
+    ``sigma`` (``nu = 0``) or the projection of ``1/b + l/(nu n)`` onto
+    ``P(sigma)`` (``pav_sorted``), and ``w <- w - eta_t (sum_j q_j grad l_j + mu
+    w)``. A row with weight 0 is evaluated, its gradient not formed."""
+    n = X.shape[0]
+    p = w.size
+    sigma = form.sigma
+    rows = np.empty(batch, dtype=np.int64)
+    losses = np.empty(batch)
+    Z = np.empty((batch, m_row_scratch(ms)))
+    s = np.empty(batch)
+    qs = np.empty(batch)
+    sums = np.empty(batch)
+    sizes = np.empty(batch, dtype=np.int64)
+    g = np.empty(p)
+    gw = np.empty(p)
+    while counts[0] < until:
+        t = counts[2]  # steps before this one
+        if schedule == 1:
+            f = t0 / (t0 + t)
+            weight = t0 - 1.0 + t
+        elif schedule == 2:
+            f = math.sqrt(t0 / (t0 + t))
+            weight = 1.0
+        else:
+            f = 1.0
+            weight = 1.0
+        tau[1] += weight
+        share = weight / tau[1]
+        for j in range(p):
+            avg[j] += share * (w[j] - avg[j])
+        for d in range(batch):
+            k = d + rng.integers(0, n - d)
+            r = perm[k]
+            perm[k] = perm[d]
+            perm[d] = r
+            rows[d] = r
+            losses[d] = m_row_loss(ms, X, y, r, w, Z[d])
+        counts[0] += batch
+        order = np.argsort(losses, kind="mergesort")
+        if nu > 0.0:
+            for d in range(batch):
+                s[d] = 1.0 / batch + losses[order[d]] / (nu * n)
+            pav_sorted(s, sigma, qs, sums, sizes)
+        else:
+            for d in range(batch):
+                qs[d] = sigma[d]
+        for j in range(p):
+            gw[j] = 0.0
+        for d in range(batch):
+            if qs[d] == 0.0:
+                continue
+            e = order[d]
+            m_row_grad(ms, X, y, rows[e], w, Z[e], g)
+            counts[1] += 1
+            for j in range(p):
+                gw[j] += qs[d] * g[j]
+        eta = lr * f
+        for j in range(p):
+            w[j] -= eta * (gw[j] + mu * w[j])
         project_ball_inplace(w, radius)
         counts[2] += 1
