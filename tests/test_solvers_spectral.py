@@ -116,7 +116,7 @@ def trajectory(solver, problem: Problem, targets, seed: int = 3) -> list[np.ndar
 @pytest.mark.parametrize("risk", RISKS)
 @pytest.mark.parametrize(("cls", "passes"), [(Prospect, 100), (LSVRG, 200), (FullBatch, 100)])
 def test_each_solver_reaches_the_exact_optimum(cls, passes, risk):
-    # all of yacht (n = 308: the best response's tree has 8 leaves), nu = 1, mu =
+    # all of yacht (n = 308: the best response's tree has 4 leaves), nu = 1, mu =
     # 1/n, no ball, default steps, run seed 1: after `passes` passes F(w) is within
     # 1e-8 of F* relative to |F*| (OPT certified to 1e-13 relative; measured:
     # prospect and lsvrg reach F* to rounding, at half the passes to 4e-11 and

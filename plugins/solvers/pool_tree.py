@@ -68,10 +68,10 @@ def pool_tree_new(v: np.ndarray, sigma: np.ndarray, pool: bool,
                   leaf: int | None = None) -> PoolTree:
     """A ``PoolTree`` over ``v`` (row j has key ``(v[j], j)``) for the spectrum
     ``sigma`` (ascending); ``pool``: keep the blocks (``nu > 0``), else only the
-    order. Leaves of ``leaf`` positions (default 64, at least 2)."""
+    order. Leaves of ``leaf`` positions (default 128, at least 2)."""
     v = np.ascontiguousarray(v, dtype=np.float64)
     n = v.size
-    leaf = 64 if leaf is None else max(2, int(leaf))
+    leaf = 128 if leaf is None else max(2, int(leaf))
     leaves = 1
     while leaves * leaf < n:
         leaves *= 2
@@ -118,6 +118,37 @@ def _prefix(pt, v, j):  # pragma: no cover - compiled
     return c + pt.cum_length[base + j], t + pt.cum_total[base + j]
 
 
+@njit(cache=True, error_model="numpy")
+def _block(pt, v, j):  # pragma: no cover - compiled
+    """The positions and sum of ``u`` of node v's blocks before block j, and of
+    block j itself (0 <= j < its block count), in one descent (``_prefix``
+    would take two)."""
+    leaves = pt.meta[_LEAVES]
+    c = 0
+    t = 0.0
+    while v < leaves:
+        left = 2 * v
+        kept = pt.kept[v]
+        if j < kept:
+            v = left
+            continue
+        taken = pt.taken[v]
+        if taken > 0 and j == kept:
+            return (c + pt.kept_length[v], t + pt.kept_total[v],
+                    pt.length[left] - pt.kept_length[v] + pt.taken_length[v],
+                    pt.total[left] - pt.kept_total[v] + pt.taken_total[v])
+        c += pt.length[left]
+        t += pt.total[left]
+        j += taken - kept - (1 if taken > 0 else 0)
+        v = left + 1
+    base = (v - leaves) * pt.meta[_LEAF] + j
+    if j == 0:
+        return c, t, pt.cum_length[base], pt.cum_total[base]
+    return (c + pt.cum_length[base - 1], t + pt.cum_total[base - 1],
+            pt.cum_length[base] - pt.cum_length[base - 1],
+            pt.cum_total[base] - pt.cum_total[base - 1])
+
+
 @njit(cache=True, inline="always", error_model="numpy")
 def _pooled(at, ac, bt, bc):  # pragma: no cover - compiled
     """Whether block a, left of block b, has a mean >= b's: they are pooled (as
@@ -140,17 +171,15 @@ def _tangent(pt, v, qc, qt, hint):  # pragma: no cover - compiled
         return 0
     h = min(max(hint, lo), hi)
     # test(i): block i pooled into [i+1, end]
-    c0, t0 = _prefix(pt, left, h - 1)
-    c1, t1 = _prefix(pt, left, h)
-    if _pooled(t1 - t0, c1 - c0, qt - t1, qc - c1):
+    c0, t0, uc, ut = _block(pt, left, h)
+    if _pooled(ut, uc, qt - t0 - ut, qc - c0 - uc):
         a = lo - 1
         b = h
         step = 1
         while b - step >= lo:
             k = b - step
-            c0, t0 = _prefix(pt, left, k - 1)
-            c1, t1 = _prefix(pt, left, k)
-            if not _pooled(t1 - t0, c1 - c0, qt - t1, qc - c1):
+            c0, t0, uc, ut = _block(pt, left, k)
+            if not _pooled(ut, uc, qt - t0 - ut, qc - c0 - uc):
                 a = k
                 break
             b = k
@@ -161,18 +190,16 @@ def _tangent(pt, v, qc, qt, hint):  # pragma: no cover - compiled
         step = 1
         while a + step <= hi:
             k = a + step
-            c0, t0 = _prefix(pt, left, k - 1)
-            c1, t1 = _prefix(pt, left, k)
-            if _pooled(t1 - t0, c1 - c0, qt - t1, qc - c1):
+            c0, t0, uc, ut = _block(pt, left, k)
+            if _pooled(ut, uc, qt - t0 - ut, qc - c0 - uc):
                 b = k
                 break
             a = k
             step *= 2
     while b - a > 1:  # test(a) false (or a = lo - 1), test(b) true (or b = hi + 1)
         k = (a + b) // 2
-        c0, t0 = _prefix(pt, left, k - 1)
-        c1, t1 = _prefix(pt, left, k)
-        if _pooled(t1 - t0, c1 - c0, qt - t1, qc - c1):
+        c0, t0, uc, ut = _block(pt, left, k)
+        if _pooled(ut, uc, qt - t0 - ut, qc - c0 - uc):
             b = k
         else:
             a = k
@@ -186,13 +213,50 @@ def _stays(pt, v, j, hint):  # pragma: no cover - compiled
     tangent (``_tangent``) to the end of block j - 1."""
     left = 2 * v
     right = left + 1
-    c0, t0 = _prefix(pt, right, j - 1)
-    c1, t1 = _prefix(pt, right, j)
+    c0, t0, uc, ut = _block(pt, right, j)
     qc = pt.length[left] + c0
     qt = pt.total[left] + t0
     i = _tangent(pt, v, qc, qt, hint)
     pc, ptot = _prefix(pt, left, i - 1)
-    return not _pooled(qt - ptot, qc - pc, t1 - t0, c1 - c0)
+    return not _pooled(qt - ptot, qc - pc, ut, uc)
+
+
+@njit(cache=True, error_model="numpy")
+def _still_bridge(pt, v, nl, nr):  # pragma: no cover - compiled
+    """Whether node v's last bridge (its ``kept`` and ``taken``, in range) is
+    the bridge of its children's blocks now: with M the bridge's mean, the
+    left child's block kept - 1 has a mean below M and block kept one >= M, the
+    right child's block taken - 1 a mean <= M and block taken one above M
+    (the line of slope M through the bridge's ends supports both chains).
+    If so, node v's counts are brought up to date and True returned."""
+    kept = pt.kept[v]
+    taken = pt.taken[v]
+    if taken < 1 or taken > nr or kept >= nl:
+        return False
+    left = 2 * v
+    right = left + 1
+    pc, ptot, kc, kt = _block(pt, left, kept)
+    qc, qtot, tc, tt = _block(pt, right, taken - 1)
+    qc += tc
+    qtot += tt
+    bc = pt.length[left] - pc + qc
+    bt = pt.total[left] - ptot + qtot
+    if not _pooled(kt, kc, bt, bc) or not _pooled(bt, bc, tt, tc):
+        return False
+    if kept > 0:
+        _, _, c, s = _block(pt, left, kept - 1)
+        if _pooled(s, c, bt, bc):
+            return False
+    if taken < nr:
+        _, _, c, s = _block(pt, right, taken)
+        if _pooled(bt, bc, s, c):
+            return False
+    pt.kept_length[v] = pc
+    pt.kept_total[v] = ptot
+    pt.taken_length[v] = qc
+    pt.taken_total[v] = qtot
+    pt.blocks[v] = kept + 1 + nr - taken
+    return True
 
 
 @njit(cache=True, error_model="numpy")
@@ -211,9 +275,11 @@ def _pool_node(pt, v):  # pragma: no cover - compiled
     kept = nl
     taken = 0
     if nl > 0 and nr > 0:
-        c0, t0 = _prefix(pt, left, nl - 2)
-        c1, t1 = _prefix(pt, right, 0)
-        if _pooled(pt.total[left] - t0, pt.length[left] - c0, t1, c1):
+        _, _, lc, lt = _block(pt, left, nl - 1)
+        _, _, rc, rt = _block(pt, right, 0)
+        if _pooled(lt, lc, rt, rc) and _still_bridge(pt, v, nl, nr):
+            return
+        if _pooled(lt, lc, rt, rc):
             hint_kept = pt.kept[v]
             lo = 1
             hi = nr - 1
