@@ -586,7 +586,8 @@ def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
         drawn = [_draw(ax, part, metric, x)
                  for ax, (_, part) in zip(axes[0], panels, strict=True)]
         for ax, (problem, _) in zip(axes[0], panels, strict=True):
-            ax.set_title(problem)
+            # the figure's title names the data set: each panel, the rest of its problem
+            ax.set_title(problem.removeprefix(dataset).strip() or problem, fontsize="small")
         if any(drawn):
             fig.suptitle(f"{title}: {LABELS.get(metric, metric)} on {dataset}")
             fig.tight_layout()
