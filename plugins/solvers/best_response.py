@@ -38,6 +38,7 @@ from plugins.solvers.order_tree import (
 from plugins.solvers.pool_tree import (
     PoolTree,
     pool_tree_new,
+    pool_tree_position,
     pool_tree_q,
     pool_tree_replace,
     pool_tree_weight,
@@ -207,7 +208,7 @@ def br_update(br, i, loss, n):  # pragma: no cover - compiled
     if v_new == v[i]:
         return
     if br.kind == SPECTRUM:
-        pool_tree_replace(br.pool, i, v_new, nu > 0.0)
+        pool_tree_replace(br.pool, i, v[i], v_new, nu > 0.0)
         v[i] = v_new
         return
     order_tree_replace(br.upper, i, v[i], v_new)
@@ -233,12 +234,12 @@ def br_weight(br, i):  # pragma: no cover - compiled
     """``q(l)_i`` for the current losses: ``clip(v_i - theta, 0, c_i)`` if
     ``nu > 0``; else the LMO's weight of row i (from its rank with equal
     caps, by ``weight_lmo_scan`` otherwise). A spectrum: row i's weight in
-    the ``PoolTree`` (O(log n)) if ``nu > 0``, else ``sigma`` at its rank (O(1))."""
+    the ``PoolTree`` if ``nu > 0``, else ``sigma`` at its rank (O(log n) both)."""
     v, caps = br.v, br.caps
     if br.kind == SPECTRUM:
         if br.nu > 0.0:
-            return pool_tree_weight(br.pool, i)
-        return br.pool.sigma[br.pool.rank[i]]
+            return pool_tree_weight(br.pool, i, v[i])
+        return br.pool.sigma[pool_tree_position(br.pool, i, v[i])]
     if br.nu > 0.0:
         return min(max(v[i] - br_theta(br, True), 0.0), caps[i])
     if not br.equal:
@@ -261,8 +262,8 @@ class BestResponse:
     ``weight(i)`` O(log n) in the common case and O(log^2 n) at worst (nu > 0)
     or O(log n) (nu = 0, equal caps). A spectrum: ``update`` O(|r - r'| +
     leaf + log^2 n) in the common case (r, r' the row's old and new rank; the
-    nodes' bridges found again near the last ones), ``weight`` O(log n)
-    (nu > 0) or O(1). ``q()`` O(n) (a spectrum with nu > 0: O(n log n)).
+    nodes' bridges found again near the last ones), ``weight`` O(log n).
+    ``q()`` O(n) (a spectrum with nu > 0: O(n log n)).
     ``block`` and ``fanout``: the trees' leaf and node capacities
     (``order_tree_new``; a spectrum: ``block`` is the ``PoolTree``'s leaf;
     small ones in the tests, so that splits and rebuilds happen).
@@ -309,7 +310,11 @@ class BestResponse:
         state = self.state
         if state.kind == SPECTRUM:
             pool = state.pool
-            return pool_tree_q(pool) if self.nu > 0 else pool.sigma[pool.rank]
+            if self.nu > 0:
+                return pool_tree_q(pool)
+            q = np.empty(self.n)
+            q[pool.rows] = pool.sigma
+            return q
         v, caps = state.v, state.caps
         if self.nu > 0:
             return np.clip(v - self.theta(), 0.0, caps)

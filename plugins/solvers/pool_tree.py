@@ -5,7 +5,8 @@ The Euclidean projection of ``v`` onto the permutahedron ``P(sigma)`` is, in the
 order of ``v`` sorted ascending (``s``), ``q = s - z`` with ``z`` the
 non-decreasing isotonic regression of ``u = s - sigma``, whose blocks pool
 adjacent violators (``plugins.lib.permutahedron``). ``PoolTree`` keeps ``s``
-(with each position's row and each row's position) and the blocks: the
+(with each position's row; a row's position is found from its key ``(v_i,
+i)`` by binary search) and the blocks: the
 positions are cut into leaves of ``leaf`` positions, each holding the blocks of
 its own positions (cumulative lengths and sums), and a binary tree over the
 leaves whose node holds the blocks of its range as the left child's first
@@ -38,10 +39,9 @@ class PoolTree(NamedTuple):
     blocks' cumulative lengths and sums at positions ``l * leaf + k``). Without
     pooling (``nu = 0``) only the order is kept."""
 
-    #: ``s``, ascending by (value, row); the row at each position; each row's position
+    #: ``s``, ascending by (value, row), and the row at each position
     values: np.ndarray
     rows: np.ndarray
-    rank: np.ndarray
     #: the spectrum, ascending
     sigma: np.ndarray
     #: a leaf's blocks: cumulative lengths and sums of ``u`` over its first k + 1
@@ -77,13 +77,11 @@ def pool_tree_new(v: np.ndarray, sigma: np.ndarray, pool: bool,
         leaves *= 2
     width, nodes = (n, 2 * leaves) if pool else (0, 0)
     order = np.argsort(v, kind="stable").astype(np.int64)
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n, dtype=np.int64)
 
     def ints(size: int) -> np.ndarray:
         return np.zeros(size, dtype=np.int64)
 
-    pt = PoolTree(v[order], order, rank, np.ascontiguousarray(sigma, dtype=np.float64),
+    pt = PoolTree(v[order], order, np.ascontiguousarray(sigma, dtype=np.float64),
                   ints(width), np.zeros(width), ints(nodes), ints(nodes), np.zeros(nodes),
                   ints(nodes), ints(nodes), np.zeros(nodes), ints(nodes), ints(nodes),
                   np.zeros(nodes), np.array([leaf, leaves], dtype=np.int64))
@@ -368,35 +366,72 @@ def _repool(pt, a, b):  # pragma: no cover - compiled
 
 
 @njit(cache=True, error_model="numpy")
-def pool_tree_replace(pt, i, v_new, pool):  # pragma: no cover - compiled
-    """Row i's value becomes ``v_new``: its entry moves to its new position
-    (those between shift by one), then, with ``pool``, the blocks over the
-    positions that changed are pooled again (module docstring)."""
-    s, rows, rank = pt.values, pt.rows, pt.rank
-    n = s.size
-    r = rank[i]
-    lo = 0  # keys (value, row) below (v_new, i), row i's old key included
-    hi = n
+def pool_tree_position(pt, i, v):  # pragma: no cover - compiled
+    """The position of row i's key ``(v, i)`` (v its value): the number of keys
+    below it. O(log n)."""
+    s, rows = pt.values, pt.rows
+    lo = 0
+    hi = s.size
     while lo < hi:
         mid = (lo + hi) // 2
-        if s[mid] < v_new or (s[mid] == v_new and rows[mid] < i):
+        if s[mid] < v or (s[mid] == v and rows[mid] < i):
             lo = mid + 1
         else:
             hi = mid
-    r_new = lo - 1 if s[r] < v_new else lo
+    return lo
+
+
+@njit(cache=True, error_model="numpy")
+def _position_near(pt, i, v, start):  # pragma: no cover - compiled
+    """``pool_tree_position`` by a galloping search from position ``start``:
+    O(log d) for a key d positions away."""
+    s, rows = pt.values, pt.rows
+    n = s.size
+    if start < n and (s[start] < v or (s[start] == v and rows[start] < i)):
+        lo = start + 1  # keys below: all of [0, lo)
+        step = 1
+        hi = min(n, lo + step)
+        while hi < n and (s[hi - 1] < v or (s[hi - 1] == v and rows[hi - 1] < i)):
+            lo = hi
+            step *= 2
+            hi = min(n, lo + step)
+    else:
+        hi = start  # no key below from hi on
+        step = 1
+        lo = max(0, hi - step)
+        while lo > 0 and not (s[lo] < v or (s[lo] == v and rows[lo] < i)):
+            hi = lo
+            step *= 2
+            lo = max(0, hi - step)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if s[mid] < v or (s[mid] == v and rows[mid] < i):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, error_model="numpy")
+def pool_tree_replace(pt, i, v_old, v_new, pool):  # pragma: no cover - compiled
+    """Row i's value goes from ``v_old`` to ``v_new``: its entry moves to its new
+    position (those between shift by one), then, with ``pool``, the blocks
+    over the positions that changed are pooled again (module docstring)."""
+    s, rows = pt.values, pt.rows
+    r = pool_tree_position(pt, i, v_old)
+    r_new = _position_near(pt, i, v_new, r)
+    if v_old < v_new:
+        r_new -= 1  # (the old key is below the new one)
     if r_new > r:
         for x in range(r, r_new):
             s[x] = s[x + 1]
             rows[x] = rows[x + 1]
-            rank[rows[x]] = x
     else:
         for x in range(r, r_new, -1):
             s[x] = s[x - 1]
             rows[x] = rows[x - 1]
-            rank[rows[x]] = x
     s[r_new] = v_new
     rows[r_new] = i
-    rank[i] = r_new
     if pool:
         _repool(pt, min(r, r_new), max(r, r_new))
 
@@ -440,9 +475,9 @@ def pool_tree_mean(pt, x):  # pragma: no cover - compiled
 
 
 @njit(cache=True, error_model="numpy")
-def pool_tree_weight(pt, i):  # pragma: no cover - compiled
-    """Row i's weight ``s_x - z_x``, x its position. O(log n)."""
-    x = pt.rank[i]
+def pool_tree_weight(pt, i, v):  # pragma: no cover - compiled
+    """Row i's weight ``s_x - z_x`` (v its value, x its position). O(log n)."""
+    x = pool_tree_position(pt, i, v)
     return pt.values[x] - pool_tree_mean(pt, x)
 
 
