@@ -267,10 +267,10 @@ def _penalty(q: np.ndarray, nu: float) -> tuple[float, float]:
 
 def _caps(constraint: Any) -> np.ndarray | None:
     """The caps of a capped simplex ``{0 <= q_i <= c_i, sum q = 1}``, or None."""
-    caps = getattr(constraint, "caps", None)
-    if caps is None:
-        row_caps = getattr(constraint, "row_caps", None)
-        caps = row_caps() if row_caps is not None else None
+    # the protocol's row_caps() first: a set's ``caps`` attribute may be its config
+    # (the alpha-set's mapping), not numbers
+    row_caps = getattr(constraint, "row_caps", None)
+    caps = row_caps() if callable(row_caps) else getattr(constraint, "caps", None)
     return None if caps is None else np.asarray(caps, dtype=np.float64)
 
 

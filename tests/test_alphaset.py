@@ -790,3 +790,15 @@ def test_configs_compose_and_build(overrides):
         assert prep.parts.constraint.k == 40 and prep.parts.w_player.radius == 3.0
     if "constraint=alphaset_groups" in overrides:
         assert prep.context.params["constraint.max_k_alpha"] == 3
+
+
+def test_the_group_caps_preset_plays_and_certifies_its_gap():
+    # the alpha-set's ``caps`` attribute is its config mapping: the enclosure of F
+    # (the reference's w = 0 and the gaps) reads the caps through row_caps() (a
+    # float() of the mapping crashed here)
+    from conftest import game_cfg
+
+    cfg = game_cfg("constraint=alphaset_groups", "dataset=synthetic_groups", "budget=4000",
+                   "checkpoints=2", "reference.exact=true")
+    metrics = harness.play(harness.prepare(cfg))
+    assert math.isfinite(metrics["dual_gap"]) and metrics["dual_gap"] >= 0.0
