@@ -109,8 +109,10 @@ class ConstraintSet(Protocol):
     # Optional: ``bind(dataset) -> dict[str, float] | None``, called by
     # ``harness.prepare`` right after the set is built, for sets that read the
     # data set (the alpha-set's caps from a column); the returned values are
-    # recorded as ``constraint.<key>`` parameters. Optional capability:
-    # ``EuclideanProjection`` below.
+    # recorded as ``constraint.<key>`` parameters. Optional: ``label() -> str``, a
+    # short name of K (the spectral set's "extremile r=2"), recorded as the tag
+    # ``constraint_label`` and used by the run summary and the report's problem
+    # names in place of ``k=<k>``. Optional capability: ``EuclideanProjection`` below.
 
 
 @runtime_checkable
@@ -411,6 +413,9 @@ class Dataset(Protocol):
     # are not features (group labels, prior scores; length n each), read by
     # e.g. the alpha-set's caps; ``group_column: str | None``, the column whose
     # groups get per-group metrics (``group_loss.<group>``, ``worst_group_loss``).
+    # Optional: ``held_out()``, the same data set's held-out rows prepared as fitted
+    # on the training rows (a run on ``split=train``; the held-out metrics read
+    # it), and ``split_counts``, the rows of each split (docs/plugins.md).
 
 
 def refusal(player: type, constraint: ConstraintSet, set_name: str) -> str | None:
