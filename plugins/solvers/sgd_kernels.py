@@ -18,6 +18,27 @@ from plugins.solvers.sgd import ru_weight
 guard(globals(), ("njit", "m_row_loss", "m_row_grad", "m_row_scratch"), __name__)
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def schedule_average(schedule, t0, t, w, avg, tau):  # pragma: no cover - compiled
+    """The schedule's factor ``f_t`` for step ``t`` (steps before this one), with
+    the point ``w`` where this step's gradients are taken added to the average
+    ``avg`` at the schedule's weight (``tau[1]``: the total weight so far)."""
+    if schedule == 1:
+        f = t0 / (t0 + t)
+        weight = t0 - 1.0 + t
+    elif schedule == 2:
+        f = math.sqrt(t0 / (t0 + t))
+        weight = 1.0
+    else:
+        f = 1.0
+        weight = 1.0
+    tau[1] += weight
+    share = weight / tau[1]
+    for j in range(w.size):
+        avg[j] += share * (w[j] - avg[j])
+    return f
+
+
 @njit(cache=True, error_model="numpy")
 def sgd_row_grad(ms, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - compiled
     """Row i's weight ``s_i = n phi_i'(L_i(w) - tau)``, returned, and ``s_i grad
@@ -54,19 +75,7 @@ def sgd_steps(ms, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, sc
     z = np.empty(m_row_scratch(ms))
     while counts[0] < until:
         t = counts[2]  # steps before this one
-        if schedule == 1:
-            f = t0 / (t0 + t)
-            weight = t0 - 1.0 + t
-        elif schedule == 2:
-            f = math.sqrt(t0 / (t0 + t))
-            weight = 1.0
-        else:
-            f = 1.0
-            weight = 1.0
-        tau[1] += weight
-        share = weight / tau[1]
-        for j in range(p):
-            avg[j] += share * (w[j] - avg[j])
+        f = schedule_average(schedule, t0, t, w, avg, tau)
         tt = tau[0]
         st = 0.0
         for j in range(p):
@@ -120,20 +129,7 @@ def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, mu, lr, radius, batch, s
     g = np.empty(p)
     gw = np.empty(p)
     while counts[0] < until:
-        t = counts[2]  # steps before this one
-        if schedule == 1:
-            f = t0 / (t0 + t)
-            weight = t0 - 1.0 + t
-        elif schedule == 2:
-            f = math.sqrt(t0 / (t0 + t))
-            weight = 1.0
-        else:
-            f = 1.0
-            weight = 1.0
-        tau[1] += weight
-        share = weight / tau[1]
-        for j in range(p):
-            avg[j] += share * (w[j] - avg[j])
+        f = schedule_average(schedule, t0, counts[2], w, avg, tau)
         for d in range(batch):
             k = d + rng.integers(0, n - d)
             r = perm[k]
