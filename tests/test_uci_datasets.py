@@ -153,3 +153,21 @@ def test_summary_warns_when_w0_nearly_solves_the_problem():
                                      "trivial_relative_suboptimality": 10.4})
     assert len(lines) == 1
     assert reference.trivial_lines(None) == []
+
+
+@pytest.mark.parametrize("rel", [-3.98e-08, 0.0])
+def test_summary_says_plainly_when_w0_is_optimal_within_opts_interval(rel):
+    # F(0) at or below OPT's upper end (relative suboptimality <= 0, as the
+    # example's two moons at -3.98e-08 once read "within -4e-06 % of OPT"):
+    # w = 0 is optimal as far as OPT is certified, said without a percentage
+    lines = reference.trivial_lines({"trivial_objective": 0.693147,
+                                     "trivial_relative_suboptimality": rel})
+    assert lines == [
+        ("trivial solution w = 0", "0.693147 (not above OPT's certified interval)"),
+        ("warning", "w = 0 is optimal to within OPT's certified interval: this problem is "
+                    "solved before the first round and cannot separate algorithms")]
+    # just above the interval: the nearly-solved warning, with a positive percentage
+    (_, row), (_, warning) = reference.trivial_lines(
+        {"trivial_objective": 0.693147, "trivial_relative_suboptimality": 3e-8})
+    assert row.endswith("(relative suboptimality 3e-08)")
+    assert "within 3e-06 % of OPT" in warning

@@ -255,13 +255,22 @@ def certified_digits(found: optimum.Optimum) -> int:
 
 
 def trivial_lines(values: dict[str, float] | None) -> list[tuple[str, str]]:
-    """Summary rows for the trivial solution, and the warning if it is nearly OPT."""
+    """Summary rows for the trivial solution, and the warning if it is nearly OPT.
+
+    The relative suboptimality is measured from OPT's upper end: at or below 0,
+    ``F(0) - OPT`` is at most the width of OPT's certified interval, so ``w = 0``
+    is optimal as far as OPT is known (a percentage would read as noise)."""
     if not values:
         return []
     text = f"{values['trivial_objective']:.6g}"
     rel = values.get("trivial_relative_suboptimality")
     if rel is None:
         return [("trivial solution w = 0", text)]
+    if rel <= 0:
+        return [("trivial solution w = 0", f"{text} (not above OPT's certified interval)"),
+                ("warning", "w = 0 is optimal to within OPT's certified interval: this "
+                            "problem is solved before the first round and cannot separate "
+                            "algorithms")]
     lines = [("trivial solution w = 0", f"{text} (relative suboptimality {rel:.3g})")]
     if rel < NEARLY_SOLVED:
         lines.append(("warning", f"this problem is nearly solved by w = 0 (within "
