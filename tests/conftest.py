@@ -2,7 +2,9 @@
 
 * ``game_cfg(*overrides, **values)``: the CLI's config (``harness.compose``)
   as a plain dict, quiet (no tracking, no OPT solve, no saved state, no
-  progress bar: ``harness.config.QUIET``), with command-line ``overrides`` and then ``values`` set:
+  progress bar: ``harness.config.QUIET``), on the suite's data set
+  (``SUITE_DATASET``: breast cancer, whatever the CLI's default), with
+  command-line ``overrides`` and then ``values`` set:
   a group given as a dict with a ``name`` picks that option and sets its keys.
 * ``tiny_cfg``: a cheap game from ``game_cfg`` (breast cancer, k = 5, 20k
   data points, 5 checkpoints), a fresh dict per test.
@@ -28,10 +30,13 @@ import pytest
 import harness
 
 CLI_TIMEOUT_S = 300
+#: the data set of ``game_cfg`` unless its overrides name another: the tests'
+#: numbers (n = 569, two classes, accuracy) are breast cancer's, not the CLI default's
+SUITE_DATASET = "dataset=breast_cancer"
 
 
 def game_cfg(*overrides: str, registry: Any = None, **values: Any) -> dict[str, Any]:
-    """``harness.compose`` of ``QUIET + overrides`` as a plain dict, then ``values``
+    """``harness.compose`` of ``QUIET + SUITE_DATASET + overrides`` as a plain dict, then ``values``
     set on it (``constraint={"name": "alphaset", "caps": ...}`` picks the option
     ``constraint=alphaset`` and sets ``caps``). ``registry``: options of a
     registry with test plugins (default: the built-ins and installed ones)."""
@@ -39,7 +44,8 @@ def game_cfg(*overrides: str, registry: Any = None, **values: Any) -> dict[str, 
 
     groups = [f"{key}={value['name']}" for key, value in values.items()
               if isinstance(value, dict) and "name" in value]
-    composed = harness.compose([*harness.config.QUIET, *overrides, *groups], registry=registry)
+    composed = harness.compose([*harness.config.QUIET, SUITE_DATASET, *overrides, *groups],
+                               registry=registry)
     cfg = OmegaConf.to_container(composed, resolve=True)
     for key, value in values.items():
         if isinstance(value, dict) and "name" in value:

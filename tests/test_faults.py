@@ -150,7 +150,7 @@ def _cfg(tmp_path: Path, **changes) -> dict:
 
 
 #: data points of the command runs that a test stops mid-game: about 1e6
-#: compiled OL-EXP.4M rounds, 6-8 s on a 2-core machine, so a signal sent a
+#: compiled OL-EXP.4M rounds on breast cancer, 6-8 s on a 2-core machine, so a signal sent a
 #: second or two after the first saved state still finds the game running
 LONG_RUN = 20_000_000
 
@@ -285,8 +285,9 @@ def test_every_p_player_resumes_to_identical_numbers(tmp_path, p_player, constra
 def test_sigterm_ends_the_cli_run_killed_and_resume_finishes_it(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = [sys.executable, "-m", "harness", f"budget={LONG_RUN}", "checkpoints=40",
-            f"tracking.uri={uri}", "tracking.experiment=term", "progress=false"]
+    args = [sys.executable, "-m", "harness", "dataset=breast_cancer", f"budget={LONG_RUN}",
+            "checkpoints=40", f"tracking.uri={uri}", "tracking.experiment=term",
+            "progress=false"]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -351,7 +352,8 @@ def test_sigkill_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
     # with the final metrics of an uninterrupted run, each checkpoint logged once
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    common = [f"budget={LONG_RUN}", "checkpoints=40", "progress=false", "seed=5"]
+    common = ["dataset=breast_cancer", f"budget={LONG_RUN}", "checkpoints=40",
+              "progress=false", "seed=5"]
     args = [sys.executable, "-m", "harness", *common, f"tracking.uri={uri}",
             "tracking.experiment=sigkill"]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,

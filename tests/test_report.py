@@ -21,13 +21,14 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """A 2-algorithm x 2-seed sweep in a temporary SQLite store."""
+    """A 2-algorithm x 2-seed sweep on breast cancer in a temporary SQLite store."""
     where = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{where}/mlflow.db"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     done = subprocess.run(
         [sys.executable, "-m", "harness", "--multirun", "p_player=exp4mp,ftrl", "seed=0,1",
-         "budget=6000", "checkpoints=6", "constraint.k=10", f"tracking.uri={uri}",
+         "dataset=breast_cancer", "budget=6000", "checkpoints=6", "constraint.k=10",
+         f"tracking.uri={uri}",
          "tracking.experiment=tiny", f"hydra.sweep.dir={where}/multirun"],
         cwd=where, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -81,7 +82,8 @@ def mixed(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     done = subprocess.run(
         [sys.executable, "-m", "harness", "--multirun", "seed=0,1", "p_player=exp4mp,ru_sgd",
-         "budget=4000", *common[:2], f"tracking.uri={uri}", "tracking.experiment=mixed",
+         "dataset=breast_cancer", "budget=4000", *common[:2], f"tracking.uri={uri}",
+         "tracking.experiment=mixed",
          f"hydra.sweep.dir={where}/multirun"],
         cwd=where, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -116,8 +116,8 @@ def test_long_sweep_names_are_cut():
 
 
 def test_multirun_parent_is_named_after_the_swept_overrides(run_cli, store, tmp_path):
-    proc = run_cli("--multirun", "seed=0,1", "budget=2000", "checkpoints=2",
-                   f"tracking.uri={store}", "tracking.experiment=sweep-name",
+    proc = run_cli("--multirun", "seed=0,1", "dataset=breast_cancer", "budget=2000",
+                   "checkpoints=2", f"tracking.uri={store}", "tracking.experiment=sweep-name",
                    f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 0, proc.stderr
     runs = runs_of(store, "sweep-name")

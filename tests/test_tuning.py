@@ -25,8 +25,8 @@ SWEEP = ("--multirun", "hydra/sweeper=tune", "hydra.sweeper.algorithms=[exp4mp,s
          "hydra.sweeper.grid=[0.3333333333333333,1,3]",
          f"hydra.sweeper.tuning_seeds={TUNING_SEEDS}".replace(" ", ""),
          f"hydra.sweeper.eval_seeds={EVAL_SEEDS}".replace(" ", ""),
-         "budget=4000", "checkpoints=4", "constraint.k=10", "progress=false",
-         "tracking.experiment=tuning")
+         "dataset=breast_cancer", "budget=4000", "checkpoints=4", "constraint.k=10",
+         "progress=false", "tracking.experiment=tuning")
 
 
 def _runs(where: Path):

@@ -5,12 +5,14 @@
     python tools/check_mlflow_ui.py --screenshot shot.png    # default docs/mlflow_runs.png
 
 Without ``--store`` it runs ``minimax-bench --multirun p_player=exp4mp,ru_sgd
-seed=0,1 budget=20000 progress=false`` in a temporary folder (4 runs under one
-parent). A given store is copied first and the copy is served, so the store
-itself is never written. It then starts ``mlflow ui`` on a free port of
-127.0.0.1, finds the most recent sweep (the parent run tagged
-``minimax_bench_sweep``, its children by ``mlflow.parentRunId``) through
-``MlflowClient``, opens pages in headless Chromium (``--dump-dom``) and checks:
+seed=0,1 dataset=breast_cancer budget=20000 progress=false`` in a temporary
+folder (4 runs under one parent; the data set named, so that the screenshot's
+run names do not follow the default's). A given store is copied first and the
+copy is served, so the store itself is never written. It then starts
+``mlflow ui`` on a free port of 127.0.0.1, finds the most recent sweep (the
+parent run tagged ``minimax_bench_sweep``, its children by
+``mlflow.parentRunId``) through ``MlflowClient``, opens pages in headless
+Chromium (``--dump-dom``) and checks:
 
 * the default runs view ``#/experiments/<id>/runs`` shows the parent run's
   name (the sweep's runs are folded under it there: MLflow nests child runs
@@ -63,7 +65,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCREENSHOT = REPO / "docs" / "mlflow_runs.png"
-SWEEP = ("--multirun", "p_player=exp4mp,ru_sgd", "seed=0,1", "budget=20000", "progress=false")
+SWEEP = ("--multirun", "p_player=exp4mp,ru_sgd", "seed=0,1", "dataset=breast_cancer",
+         "budget=20000", "progress=false")
 WINDOW = (1600, 1000)
 # Chromium's --virtual-time-budget: a runs table is there after 15 s of virtual
 # time; the charts of a freshly started server only after about 35 s.
