@@ -22,9 +22,10 @@ import harness
 from harness.game import TIMING_METRICS, checkpoint_rounds
 from plugins.p_players.exp4mp import Exp4MP
 
-CHECKPOINT_METRICS = ("dual_gap", "objective", "accuracy", "max_loss", "theory_bound",
+#: the default run's metrics (Boston, a regression: the MSE of the k largest losses)
+CHECKPOINT_METRICS = ("dual_gap", "objective", "topk_mse", "max_loss", "theory_bound",
                       "rounds", "wall_time_s")
-N_CANCER = 569
+N_BOSTON = 506  # rows of the default data set
 REPO = Path(harness.__file__).resolve().parents[1]
 
 
@@ -78,6 +79,7 @@ def tracked(cfg: dict[str, Any], uri: str, experiment: str) -> dict[str, Any]:
 
 
 def test_cli_run_is_tracked_in_mlflow(run_cli, tracking_uri):
+    # no data set named: the default, Boston at k = 20 (conf/config.yaml)
     budget, k, n_cp = 20000, 20, 5
     proc = run_cli(f"budget={budget}", f"checkpoints={n_cp}", f"tracking.uri={tracking_uri}")
     assert proc.returncode == 0, proc.stderr
@@ -115,7 +117,7 @@ def test_cli_run_is_tracked_in_mlflow(run_cli, tracking_uri):
 
     # params: the Theorem 4.1 defaults at this horizon
     params = run.data.params
-    n, T, delta = N_CANCER, horizon, 0.05
+    n, T, delta = N_BOSTON, horizon, 0.05
     gamma = math.sqrt(n * math.log(n / k) / (k * T))
     expected = {
         "p_player.gamma": gamma,
@@ -128,11 +130,12 @@ def test_cli_run_is_tracked_in_mlflow(run_cli, tracking_uri):
         assert key in params, key
         assert float(params[key]) == pytest.approx(value, rel=1e-12), key
     assert float(params["p_player.delta"]) == delta
-    assert params["model.name"] == "logistic_cel"
+    assert params["model.name"] == "linear_mse"
+    assert "accuracy" not in run.data.metrics
 
     tags = run.data.tags
     assert tags["algorithm"] == "exp4mp"
-    assert tags["dataset"] == "breast_cancer"
+    assert tags["dataset"] == "boston"
     assert tags["constraint"] == "kset"
     assert tags["seed"] == "0"
     assert tags["minimax_bench_version"] == harness.package_version()
@@ -141,22 +144,22 @@ def test_cli_run_is_tracked_in_mlflow(run_cli, tracking_uri):
     assert "config.yaml" in artifacts
 
 
-def test_cli_boston_uses_linear_mse(run_cli, shared_store):
-    proc = run_cli("dataset=boston", "budget=20000", "checkpoints=3",
-                   f"tracking.uri={shared_store}", "tracking.experiment=cli-boston")
+def test_cli_breast_cancer_uses_logistic_cel(run_cli, shared_store):
+    proc = run_cli("dataset=breast_cancer", "budget=20000", "checkpoints=3",
+                   f"tracking.uri={shared_store}", "tracking.experiment=cli-cancer")
     assert proc.returncode == 0, proc.stderr
-    assert "model linear_mse" in proc.stdout
+    assert "model logistic_cel" in proc.stdout
 
-    runs = runs_in(shared_store, "cli-boston")
+    runs = runs_in(shared_store, "cli-cancer")
     assert len(runs) == 1
     run = runs[0]
     assert run.info.status == "FINISHED"
-    assert run.data.params["model.name"] == "linear_mse"
-    assert run.data.params["dataset.name"] == "boston"
-    assert run.data.params["n"] == "506"
-    assert "topk_mse" in run.data.metrics
-    assert "accuracy" not in run.data.metrics
-    assert math.isfinite(run.data.metrics["topk_mse"])
+    assert run.data.params["model.name"] == "logistic_cel"
+    assert run.data.params["dataset.name"] == "breast_cancer"
+    assert run.data.params["n"] == "569"
+    assert "accuracy" in run.data.metrics
+    assert "topk_mse" not in run.data.metrics
+    assert 0.0 <= run.data.metrics["accuracy"] <= 1.0
 
 
 def test_cli_multirun_over_seeds(run_cli, shared_store, tmp_path):
@@ -205,8 +208,8 @@ BAD_INPUTS = [
                          ids=[o for o, _ in BAD_INPUTS])
 def test_cli_bad_input_is_one_clear_error(run_cli, bad_input_dir, override, expected):
     uri = f"sqlite:///{bad_input_dir / 'mlflow.db'}"
-    proc = run_cli("budget=20000", "checkpoints=5", f"tracking.uri={uri}", override,
-                   cwd=bad_input_dir)
+    proc = run_cli("dataset=breast_cancer", "budget=20000", "checkpoints=5",
+                   f"tracking.uri={uri}", override, cwd=bad_input_dir)
 
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()

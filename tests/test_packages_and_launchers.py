@@ -217,13 +217,13 @@ def test_installed_wheel_runs_from_an_unrelated_folder(tmp_path):
     exe = [str(venv / "bin" / "minimax-bench")]
     done = _cli("budget=2000", "checkpoints=3", "tracking.enabled=false", cwd=elsewhere, exe=exe)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "exp4mp vs ogd on breast_cancer" in done.stdout
+    assert "exp4mp vs ogd on boston" in done.stdout  # the default data set
     # a user's own config folder with an experiment preset, added by hydra.searchpath
     mine = tmp_path / "myconf" / "experiment"
     mine.mkdir(parents=True)
     (mine / "mine.yaml").write_text("# @package _global_\ndefaults:\n"
-                                    "  - override /dataset: boston\nbudget: 3000\n")
+                                    "  - override /dataset: breast_cancer\nbudget: 3000\n")
     done = _cli(f"hydra.searchpath=[file://{tmp_path / 'myconf'}]", "experiment=mine",
                 "checkpoints=3", "tracking.enabled=false", cwd=elsewhere, exe=exe)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "on boston" in done.stdout and "3,000" in done.stdout
+    assert "on breast_cancer" in done.stdout and "3,000" in done.stdout
