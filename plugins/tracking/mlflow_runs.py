@@ -150,7 +150,8 @@ def _start(context, settings: dict[str, Any]) -> None:
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
         client.update_run(resumed["run_id"], status="RUNNING")
-        handle = {**resumed, "client": client, "pending": []}
+        handle = {**resumed, "client": client, "pending": [],
+                  "send_every_s": settings["send_every_s"]}
         context.state["mlflow"] = handle
         mlflow_pending.take_over(context, handle)
         try:
@@ -172,7 +173,8 @@ def _start(context, settings: dict[str, Any]) -> None:
                             or run_name(context, settings.get("tuning")))
     run_id = run.info.run_id
     ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
-    context.state["mlflow"] = {**ids, "client": client, "pending": []}
+    context.state["mlflow"] = {**ids, "client": client, "pending": [],
+                               "send_every_s": settings["send_every_s"]}
     context.state.setdefault("resume", {})["mlflow"] = ids  # saved with the game state
     params = [(k, str(v)[:_MAX_PARAM_LEN]) for k, v in sorted(context.params.items())]
     try:
@@ -202,7 +204,7 @@ def on_checkpoint(context, step: int, metrics: Mapping[str, float]):
         return
     record = {"step": int(step), "timestamp": int(time.time() * 1000),
               "metrics": {k: float(v) for k, v in metrics.items()}}
-    mlflow_pending.send(context, handle, record)
+    mlflow_pending.send(context, handle, record, every=handle["send_every_s"])
 
 
 @harness.hookimpl

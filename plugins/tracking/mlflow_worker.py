@@ -63,6 +63,7 @@ class Helper:
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
+        self.owner = os.getpid()  # a forked child has the pipes, not the helper
         self.used = False
         self.sent = 0  # requests sent; answers carry their number
 
@@ -105,12 +106,13 @@ class Helper:
 
 @harness.hookimpl
 def prestart(argv: list[str]) -> None:
-    """Start the helper for a single run of the command that may track: not
-    for ``--multirun`` (its jobs may run anywhere), ``tracking.enabled=false``,
-    or a process that has loaded mlflow already.
-    It is closed when the process ends. The tracker uses it for a single
-    run only: a preset's multirun stops it (``release``)."""
-    if _STARTED or "mlflow" in sys.modules or any(a in ("-m", "--multirun") for a in argv):
+    """Start the helper for a command that may track: not with
+    ``tracking.enabled=false``, or in a process that has loaded mlflow already.
+    It is closed when the process ends. It serves every run this process
+    records: a single run, the sweep's parent run, and each job of a multirun
+    that runs in this process (Hydra's default launcher); a job in another
+    process (joblib, submitit) opens a client of its own."""
+    if _STARTED or "mlflow" in sys.modules:
         return
     if any(a.replace(" ", "").lower().lstrip("+~") == "tracking.enabled=false" for a in argv):
         return
@@ -121,15 +123,8 @@ def prestart(argv: list[str]) -> None:
 
 
 def started() -> Helper | None:
-    """The helper ``prestart`` started, if any."""
-    return _STARTED[0] if _STARTED else None
-
-
-def release() -> None:
-    """Stop the helper ``prestart`` started, if it was never called (a run that
-    does not use it)."""
-    if _STARTED and not _STARTED[0].used:
-        _STARTED.pop().close()
+    """The helper ``prestart`` started in this process, if any."""
+    return _STARTED[0] if _STARTED and _STARTED[0].owner == os.getpid() else None
 
 
 def start(env: dict[str, str] | None = None) -> Helper | None:
