@@ -190,3 +190,43 @@ def test_which_command_lines_start_the_helper(monkeypatch, argv, starts):
     monkeypatch.setattr(mlflow_worker, "start", lambda env=None: calls.append(env) or None)
     mlflow_worker.prestart(argv)
     assert bool(calls) is starts
+
+
+def test_casts_are_answered_at_the_next_call_and_at_close(tmp_path):
+    # a cast does not wait: its answer reaches on_answer when a later call
+    # reads the answers before its own, or when the helper is closed
+    started = mlflow_worker.start()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow_worker.RemoteClient(started, uri)
+    experiment = client.create_experiment("casts")
+    run_id = client.create_run(experiment).info.run_id
+    answers: list[tuple[str, bool]] = []
+    client.cast(lambda ok, value: answers.append(("batch", ok)), "log_batch", run_id,
+                metrics=[("gap", 0.5, 1, 3)])
+    client.cast(lambda ok, value: answers.append(("missing run", ok)), "set_terminated",
+                "0" * 32)
+    assert answers == [] and len(started.casts) == 2
+    assert client.get_run(run_id).data.metrics == {"gap": 0.5}
+    assert answers == [("batch", True), ("missing run", False)] and not started.casts
+    client.cast(lambda ok, value: answers.append(("end", ok)), "set_terminated", run_id)
+    started.close()
+    assert answers[-1] == ("end", True)
+    assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
+
+
+def test_casts_of_a_helper_that_dies_fail(tmp_path):
+    started = mlflow_worker.start()
+    client = mlflow_worker.RemoteClient(started, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("dies")
+    answers: list[bool] = []
+    started.proc.kill()
+    started.proc.wait()
+    client.cast(lambda ok, value: answers.append(ok), "create_run", experiment)
+    # a cast on a dead pipe runs in this process at once (the client switched)
+    assert answers == [True]
+    other = mlflow_worker.start()
+    remote = mlflow_worker.RemoteClient(other, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    remote.cast(lambda ok, value: answers.append(ok), "get_experiment", experiment)
+    other.proc.stdout = __import__("io").BufferedReader(__import__("io").BytesIO(b"junk"))
+    other.close()
+    assert answers == [True, False]  # its answer never came: reported failed

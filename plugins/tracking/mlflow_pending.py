@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,28 +97,44 @@ def take_over(context, handle: dict[str, Any]) -> None:
           file=sys.stderr)
 
 
-def flush(handle: dict[str, Any]) -> None:
-    """Send the unsent records in order, the checkpoints in batches of at most
-    ``MAX_METRICS`` values; stop at the first failure (what is unsent stays)."""
-    client, pending = handle["client"], handle["pending"]
-    while pending:
-        if "status" in pending[0]:
-            client.set_terminated(handle["run_id"], status=pending[0]["status"])
-            pending.pop(0)
+def _calls(records: list[dict]) -> Iterator[tuple[str, dict]]:
+    """The store calls that send ``records`` in order, with how many records
+    each completes: the checkpoints in ``log_batch`` calls of at most
+    ``MAX_METRICS`` values, a final status as ``set_terminated``."""
+    at = 0
+    while at < len(records):
+        if "status" in records[at]:
+            yield "set_terminated", {"status": records[at]["status"], "done": 1}
+            at += 1
             continue
         batch: list[tuple] = []
         count = 0
-        while count < len(pending) and "status" not in pending[count]:
-            values = [(k, v, pending[count]["timestamp"], pending[count]["step"])
-                      for k, v in pending[count]["metrics"].items()]
+        while at + count < len(records) and "status" not in records[at + count]:
+            record = records[at + count]
+            values = [(k, v, record["timestamp"], record["step"])
+                      for k, v in record["metrics"].items()]
             if batch and len(batch) + len(values) > MAX_METRICS:
                 break
             batch += values
             count += 1
         for start in range(0, len(batch), MAX_METRICS):  # (one record above the limit)
-            mlflow_store.log_batch(client, handle["run_id"],
-                                   metrics=batch[start:start + MAX_METRICS])
-        del pending[:count]
+            last = start + MAX_METRICS >= len(batch)
+            yield "log_batch", {"metrics": batch[start:start + MAX_METRICS],
+                                "done": count if last else 0}
+        at += count
+
+
+def flush(handle: dict[str, Any]) -> None:
+    """Send the unsent records in order, the checkpoints in batches of at most
+    ``MAX_METRICS`` values; stop at the first failure (what is unsent stays)."""
+    client, pending = handle["client"], handle["pending"]
+    for name, call in list(_calls(pending)):
+        done = call.pop("done")
+        if name == "set_terminated":
+            client.set_terminated(handle["run_id"], **call)
+        else:
+            mlflow_store.log_batch(client, handle["run_id"], **call)
+        del pending[:done]
 
 
 def send(context, handle: dict[str, Any], record: dict, *, every: float = 0.0) -> None:
@@ -149,6 +166,44 @@ def send(context, handle: dict[str, Any], record: dict, *, every: float = 0.0) -
     if handle.pop("failing", False):
         print(f"minimax-bench: the tracking store {handle['uri']} answers again; "
               "journalled checkpoints were sent.", file=sys.stderr)
+
+
+def finish(context, handle: dict[str, Any], status: str) -> None:
+    """The run's end: journal its final status and send what is unsent. With
+    the command's helper process (a client that can ``cast``) the calls go
+    out without waiting: the command goes on (the next job of a multirun
+    prepares) while the helper writes, and the journal is removed once the
+    helper's answers say the store took everything (at the next call, or when
+    the command ends). Otherwise, or while the store is failing, it waits."""
+    cast = getattr(handle["client"], "cast", None)
+    if cast is None or handle.get("failing"):
+        send(context, handle, {"status": status})
+        left_over(context, handle)
+        return
+    path = pending_file(context, handle)
+    records = [*handle["pending"], {"status": status}]
+    journal(path, [_line(handle, records[-1])])
+    handle["pending"] = []
+    errors: list[str] = []
+
+    def answered(ok: bool, value: Any) -> None:
+        if not ok:
+            errors.append(str(value))
+
+    def done(ok: bool, value: Any) -> None:
+        answered(ok, value)
+        if not errors:
+            path.unlink(missing_ok=True)
+            return
+        print(f"minimax-bench: the tracking store {handle['uri']} did not take the last "
+              f"records of run {handle['run_id']} ({errors[0]}); they are kept in {path}. "
+              f"Send them with:  python -m plugins.tracking.mlflow_pending replay {path}",
+              file=sys.stderr)
+
+    calls = list(_calls(records))
+    for number, (name, call) in enumerate(calls):
+        call.pop("done")
+        cast(done if number == len(calls) - 1 else answered, name, handle["run_id"], **call)
 
 
 def left_over(context, handle: dict[str, Any]) -> None:
