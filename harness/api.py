@@ -40,7 +40,7 @@ GAME_PARAMS: dict[str, Param] = {
 RUN_SWITCHES: dict[str, Param] = {
     "progress": Param(bool, default=True, doc="progress bar (on a terminal only)"),
     "resume": Param(bool, default=False, doc="continue from the last saved checkpoint"),
-    "state_dir": Param(str, nullable=True, doc="saved game states and buffered checkpoints"),
+    "state_dir": Param(str, nullable=True, doc="saved game states and journals of unsent checkpoints"),
     "engine": Param(str, default="auto", choices=("auto", "compiled", "python"),
                     doc="rounds in compiled calls (auto: when every component offers a "
                         "compiled form) or in the Python loop; same numbers either way"),
