@@ -18,7 +18,10 @@ parameters (seed included; the key of its saved state, ``harness.state``).
 With ``resume=true``, a run whose experiment already holds a FINISHED run of
 that key is not played again: the tracker raises ``AlreadyFinished`` before
 any other plugin starts (an unfinished run's saved state is resumed as
-before).
+before). Runs are also tagged ``request_key``, the key of the composed config
+they ran (``request_key``), which is looked up before anything is prepared
+(``before_prepare``): a relaunched sweep skips its finished runs without
+loading their data.
 
 The command's end-of-run summary gains the run's id, its store and how to
 open it; an interrupted run's notice says that the run is marked KILLED.
@@ -95,6 +98,34 @@ def run_name(context, role: str | None = None) -> str:
                      f"s{tags['seed']}", *scales] + ([ROLE_NAMES[role]] if role else []))
 
 
+#: the run tag holding the key of its composed config (``request_key``)
+REQUEST_KEY_TAG = "request_key"
+#: top-level config keys that steer how a run is played or recorded, not what it computes
+NOT_THE_RUN = ("progress", "resume", "state_dir", "tracking")
+
+
+def request_key(config: Mapping[str, Any]) -> str:
+    """The key of a run's composed config (seed included) without ``NOT_THE_RUN``:
+    known before anything is prepared. Two runs of one key compute the same
+    thing; two spellings of one configuration (``constraint.k=null`` and the
+    k it resolves to) have two keys, and the ``config_key`` of the resolved
+    parameters finds those after preparing."""
+    return state.key({k: v for k, v in config.items() if k not in NOT_THE_RUN})
+
+
+@harness.hookimpl
+def before_prepare(config):
+    """With ``resume=true``, a FINISHED run of this very composed config is found
+    before the data is loaded and the game prepared (``AlreadyFinished``)."""
+    if not config.get("resume") or config.get("tracking") is None:
+        return
+    settings = validate("tracking", PARAMS, config["tracking"])
+    if settings["enabled"]:
+        mlflow_store.probe(mlflow_store.resolved_uri(settings.get("uri") or None))
+        with mlflow_store.gc_paused():  # mlflow and its store are imported here
+            _refuse_finished(settings, REQUEST_KEY_TAG, request_key(config))
+
+
 @harness.hookimpl(wrapper=True, specname="on_run_start")
 def check_before_start(context):
     """Runs before every other ``on_run_start`` (the OPT solve included): a bad
@@ -109,15 +140,15 @@ def check_before_start(context):
         context.state[CONFIG_KEY_TAG] = state.key(context.params)
         if context.config.get("resume") and context.parts.resumed_from is None:
             with mlflow_store.gc_paused():  # mlflow and its store are imported here
-                _refuse_finished(context, settings)
+                _refuse_finished(settings, CONFIG_KEY_TAG, context.state[CONFIG_KEY_TAG])
     return (yield)
 
 
-def _refuse_finished(context, settings: dict[str, Any]) -> None:
+def _refuse_finished(settings: dict[str, Any], tag: str, key: str) -> None:
     """Raise ``AlreadyFinished`` if the run's experiment holds a FINISHED run
-    tagged with this run's config key; inside a sweep, one of that sweep (its
-    parent run): a sweep's report then finds every run it reused, and another
-    sweep computes its own."""
+    whose ``tag`` is ``key``; inside a sweep, one of that sweep (its parent
+    run): a sweep's report then finds every run it reused, and another sweep
+    computes its own."""
     client = mlflow_store.client(settings.get("uri") or None)
     experiment_id, parent = run_experiment(
         client, settings.get("experiment") or mlflow_store.DEFAULT_EXPERIMENT, create=False)
@@ -126,7 +157,7 @@ def _refuse_finished(context, settings: dict[str, Any]) -> None:
     inside = f" and tags.`mlflow.parentRunId` = '{parent}'" if parent else ""
     found = client.search_runs(
         [experiment_id],
-        filter_string=(f"tags.{CONFIG_KEY_TAG} = '{context.state[CONFIG_KEY_TAG]}' "
+        filter_string=(f"tags.{tag} = '{key}' "
                        f"and attributes.status = 'FINISHED'{inside}"),
         order_by=["attributes.start_time DESC"], max_results=1)
     if found:
@@ -166,6 +197,7 @@ def _start(context, settings: dict[str, Any]) -> None:
         tags[tune.ROLE_TAG] = settings["tuning"]
     if CONFIG_KEY_TAG in context.state:
         tags[CONFIG_KEY_TAG] = context.state[CONFIG_KEY_TAG]
+    tags[REQUEST_KEY_TAG] = request_key(context.config)
     experiment_id, parent_run_id = run_experiment(client, name)
     if parent_run_id is not None:
         tags["mlflow.parentRunId"] = parent_run_id
