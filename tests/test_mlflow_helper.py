@@ -128,6 +128,8 @@ def test_a_command_run_logs_through_the_helper_without_loading_mlflow(tmp_path, 
     assert len(games) == (2 if multirun else 1) and len(runs) == len(games) + multirun
     for run in runs:
         assert run.info.status == "FINISHED"
+    # the journals are gone once the store had everything (read at the command's end)
+    assert not list(tmp_path.glob(".minimax-bench/pending-*.jsonl"))
     for run in games:
         assert run.data.params["budget"] == "2000"
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "dual_gap")]
