@@ -21,9 +21,10 @@ For a tracked sweep the table also reads the store:
 * ``start-up``: from the command's start to the first run's start in the store;
 * ``/(games+start)``: the sweep's wall time over the two.
 
-``per run`` is ``(wall - start-up) / runs``, and ``overhead/run`` the same less
-the run's game: what Hydra, the preparation of each job, the saved states
-and the tracker cost per run.
+``per run`` is ``wall / runs``; ``overhead/run`` is ``(wall - start-up) / runs``
+less the run's game: what Hydra, the preparation of each job, the saved
+states and the tracker cost per run; ``on/off`` the tracked sweep's wall time
+over the untracked one's (same tree, same repetition).
 """
 
 from __future__ import annotations
@@ -93,20 +94,24 @@ def measure(label: str, tree: Path, mode: str, runs: int, budget: int, extra: li
 
 
 def table(rows: list[dict]) -> str:
-    games = {(r["tree"], r["runs"]): r["games"] / r["runs"] for r in rows if "games" in r}
-    start = {(r["tree"], r["runs"]): r["start"] for r in rows if "start" in r}
-    out = ["| tree | tracking | runs | wall s | start-up s | per run s | game/run s | "
-           "overhead/run s | /(games+start) |", "|---|---|---|---|---|---|---|---|---|"]
+    """One row per measurement; an untracked sweep is set beside the tracked
+    one of the same tree and repetition (``on/off``)."""
+    out = ["| tree | tracking | runs | wall s | per run s | start-up s | game/run s | "
+           "overhead/run s | /(games+start) | on/off |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        key = (r["tree"], r["runs"])
-        game, first = games.get(key), r.get("start", start.get(key))
-        per_run = (r["wall"] - first) / r["runs"] if first is not None else None
+        twin = next((o for o in rows if o["tree"] == r["tree"] and o["mode"] != r["mode"]
+                     and o["repeat"] == r["repeat"]), None)
         cells = [r["tree"], r["mode"], str(r["runs"]), f"{r['wall']:.1f}",
-                 "" if first is None else f"{first:.2f}",
-                 "" if per_run is None else f"{per_run:.3f}",
-                 "" if game is None else f"{game:.3f}",
-                 "" if game is None or per_run is None else f"{per_run - game:.3f}",
-                 "" if game is None else f"{r['wall'] / (game * r['runs'] + first):.2f}"]
+                 f"{r['wall'] / r['runs']:.3f}"]
+        if "games" in r:
+            game = r["games"] / r["runs"]
+            cells += [f"{r['start']:.2f}", f"{game:.3f}",
+                      f"{(r['wall'] - r['start']) / r['runs'] - game:.3f}",
+                      f"{r['wall'] / (r['games'] + r['start']):.2f}",
+                      "" if twin is None else f"{r['wall'] / twin['wall']:.2f}"]
+        else:
+            cells += ["", "", "", "", ""]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -125,11 +130,12 @@ def main(argv: list[str] | None = None) -> None:
     trees = [(t.split("=", 1)[0], Path(t.split("=", 1)[1]).resolve()) for t in args.tree] or [
         ("this", ROOT)]
     rows = []
-    for _ in range(args.repeat):
+    for repeat in range(args.repeat):
         for mode in args.modes.split(","):
             for label, tree in trees:
                 row = measure(label, tree, mode, args.runs, int(args.budget), args.extra,
                               Path(".") if args.keep else None)
+                row["repeat"] = repeat
                 print(f"{label} tracking {mode}: {row['wall']:.1f} s", file=sys.stderr)
                 rows.append(row)
     print(table(rows))
