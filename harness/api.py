@@ -40,7 +40,8 @@ GAME_PARAMS: dict[str, Param] = {
 RUN_SWITCHES: dict[str, Param] = {
     "progress": Param(bool, default=True, doc="progress bar (on a terminal only)"),
     "resume": Param(bool, default=False, doc="continue from the last saved checkpoint"),
-    "state_dir": Param(str, nullable=True, doc="saved game states and buffered checkpoints"),
+    "state_dir": Param(str, nullable=True,
+                       doc="saved game states and journals of unsent checkpoints"),
     "engine": Param(str, default="auto", choices=("auto", "compiled", "python"),
                     doc="rounds in compiled calls (auto: when every component offers a "
                         "compiled form) or in the Python loop; same numbers either way"),
@@ -172,7 +173,8 @@ class Prepared:
 
 
 def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
-    """Build and validate every component of ``cfg``; raise ``ConfigError`` on bad input.
+    """Build and validate every component of ``cfg``; raise ``ConfigError`` on bad input
+    (and ``RunSkipped`` if a plugin's ``before_prepare`` finds the run need not be played).
 
     The solver (``harness.solve.Algorithm``; a ``harness.protocols.Solver`` in
     its adapter) composes itself from the config, sets up and says what to record."""
@@ -185,6 +187,7 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
                           f"{sorted(allowed)} (blocks of plugins: {sorted(registry.blocks)}).")
     for key, spec in RUN_SWITCHES.items():
         check("the game", key, spec, conf.get(key, spec.default))
+    registry.pm.hook.before_prepare(config=conf)  # may raise RunSkipped: nothing built yet
     resolved: dict[str, Any] = {}
 
     def make(kind: str, key: str, name: str, params: dict[str, Any], **given: Any) -> Any:

@@ -114,6 +114,9 @@ def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
     size that diverges)."""
     try:
         prepared = prepare(cfg)
+    except RunSkipped as skipped:  # found before anything was prepared
+        print(f"minimax-bench: {skipped}")
+        return dict(skipped.metrics)
     except ConfigError as err:
         print(f"minimax-bench: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

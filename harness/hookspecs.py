@@ -19,6 +19,7 @@ config ``names``, and ``horizon``, ``checkpoints``, ``rounds``,
 ``data_points``, ``wall_time_s``, ``resumed_from``. ``context.state`` is the
 plugins' scratch space, each plugin under its own keys.
 
+``before_prepare`` sees a run's composed config before anything is built.
 A tracker also implements the command's ``prestart``, the sweep hooks
 (``on_sweep_start``, ``on_sweep_end``: once per Hydra multirun) and the
 report's ``read_runs`` and ``save_report``; the core names no tracker.
@@ -111,6 +112,17 @@ def register_config_blocks(register: Callable[[ConfigBlock], None]) -> None:
     the plugin off). Called once when the registry is built. The CLI's config
     tree holds every block with its declared defaults, a config may carry
     only registered blocks, and a block name is owned by one plugin."""
+
+
+@hookspec
+def before_prepare(config: Mapping[str, Any]) -> None:
+    """Called with a run's composed config (plain Python) before anything is
+    built: no data set loaded, no component made, no kernel compiled. A hook
+    that finds the run need not be played raises ``harness.RunSkipped`` here,
+    as it would at ``on_run_start`` but without the cost of preparing the
+    game (a tracker that already holds a FINISHED run of this very config
+    when resuming); ``harness.prepare`` re-raises it and the command prints
+    it and exits 0."""
 
 
 @hookspec

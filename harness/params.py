@@ -28,8 +28,9 @@ class SetupError(RuntimeError):
 
 
 class RunSkipped(Exception):
-    """Raised by an ``on_run_start`` hook before anything has started (a
-    ``wrapper=True`` implementation, before its ``yield``): this run need not be
+    """Raised by a ``before_prepare`` hook, or by an ``on_run_start`` hook before
+    anything has started (a ``wrapper=True`` implementation, before its
+    ``yield``): this run need not be
     played, e.g. a tracker holds a finished run of the same config and seed.
     ``metrics``: that run's final metrics, if known."""
 

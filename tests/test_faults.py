@@ -369,7 +369,12 @@ def test_sigkill_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
     client = _client(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("sigkill").experiment_id])
     assert run.info.status == "RUNNING"  # nobody could end it
-    kept = _steps(client, run.info.run_id)
+    # every checkpoint reached is in the store or in the run's journal on disk
+    # (sent in batches: a run of a few seconds sends them at its end)
+    journal = tmp_path / ".minimax-bench" / f"pending-{run.info.run_id}.jsonl"
+    kept = sorted({*_steps(client, run.info.run_id),
+                   *(r["step"] for r in (pending_records.read_records(journal)
+                                         if journal.exists() else []))})
     assert kept and kept[-1] < LONG_RUN
     done = subprocess.run([*args, "resume=true"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
@@ -379,6 +384,7 @@ def test_sigkill_mid_run_resumes_to_the_uninterrupted_numbers(tmp_path):
     assert run.info.status == "FINISHED"
     steps = _steps(client, run.info.run_id)
     assert steps[: len(kept)] == kept and len(steps) == len(set(steps))
+    assert not journal.exists()
     uninterrupted = [sys.executable, "-m", "harness", *common, f"tracking.uri={uri}",
                      "tracking.experiment=uninterrupted"]
     subprocess.run(uninterrupted, cwd=tmp_path, env=env, check=True, capture_output=True,
@@ -508,7 +514,41 @@ def test_server_down_at_start_stops_before_the_reference_solve(tmp_path, monkeyp
     assert solves == []
 
 
-def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path):
+def test_checkpoints_are_on_disk_before_the_store_has_them(tmp_path):
+    # batched sending: at each checkpoint the journal holds every checkpoint
+    # so far, synced, and the store none of them; at the run's end the store
+    # has them all, each once, and the journal is gone
+    seen: list[tuple[int, int, int]] = []
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+
+    class Look:
+        @harness.hookimpl(trylast=True)
+        def on_checkpoint(self, context, step, metrics):
+            run_id = context.state["mlflow"]["run_id"]
+            journal = tmp_path / "state" / f"pending-{run_id}.jsonl"
+            steps = [r["step"] for r in pending_records.read_records(journal)]
+            seen.append((len(steps), steps[-1] == step, len(_steps(_client(uri), run_id))))
+
+    Flaky.calls, Flaky.fail_at = 0, None
+    cfg = _cfg(tmp_path, resume=False, tracking={"enabled": True, "uri": uri,
+                                                 "experiment": "journal",
+                                                 "send_every_s": 3600.0})
+    metrics = harness.run(cfg, plugins=[Faulty(), Look()])
+    assert seen == [(i + 1, True, 0) for i in range(len(seen))] and len(seen) >= 8
+    client = _client(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("journal").experiment_id])
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "dual_gap")
+    assert len(history) == len(seen) == len({m.step for m in history})
+    assert max(history, key=lambda m: m.step).value == metrics["dual_gap"]
+    assert not list((tmp_path / "state").glob("pending-*.jsonl"))
+
+
+@pytest.mark.parametrize("every", [0.0, 3600.0])
+def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path, every):
+    # every=0: each checkpoint is sent at once, so the outage is met mid-run
+    # and the checkpoints journalled during it go out when the server is back;
+    # every=3600: batched, the run's checkpoints go out at its end
     server = Server(tmp_path)
     server.start()
     events: list[str] = []
@@ -531,9 +571,21 @@ def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path):
 
     Flaky.calls, Flaky.fail_at = 0, None
     cfg = _cfg(tmp_path, resume=False,
-               tracking={"enabled": True, "uri": server.uri, "experiment": "outage"})
+               tracking={"enabled": True, "uri": server.uri, "experiment": "outage",
+                         "send_every_s": every})
+    sent_mid_run: list[int] = []
+
+    class Count:
+        @harness.hookimpl(trylast=True)
+        def on_checkpoint(self, context, step, metrics):
+            if Outage.count in (6, 7):  # the server is back after checkpoint 6
+                sent_mid_run.append(len(context.state["mlflow"]["pending"]))
+
     try:
-        metrics = harness.run(cfg, plugins=[Faulty(), Outage()])
+        metrics = harness.run(cfg, plugins=[Faulty(), Outage(), Count()])
+        # sent at once: checkpoints 4-6, met by the outage, wait until the
+        # first checkpoint after it; batched: all of them wait for the end
+        assert sent_mid_run == ([3, 0] if every == 0.0 else [6, 7])
         n_checkpoints = Outage.count
         pending = list((tmp_path / "state").glob("pending-*.jsonl"))
         assert len(pending) == 1  # the final status, sent after the server went down

@@ -104,23 +104,36 @@ COMMAND = """
 """
 
 
+@pytest.mark.parametrize("multirun", [False, True])
 @pytest.mark.parametrize("switch", ["1", "0"])
-def test_a_command_run_logs_through_the_helper_without_loading_mlflow(tmp_path, switch):
+def test_a_command_run_logs_through_the_helper_without_loading_mlflow(tmp_path, switch,
+                                                                      multirun):
+    # a single run, and a multirun whose jobs run in the command's process
+    # (Hydra's default launcher): the sweep's parent run and every job's run
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**cli_env(), mlflow_worker.ENV_SWITCH: switch,
            "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH"))
                                          if p)}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(COMMAND.format(uri=uri))],
+    code = textwrap.dedent(COMMAND.format(uri=uri))
+    if multirun:
+        code = code.replace('"budget=2000",', '"--multirun", "seed=0,1", "budget=2000",')
+    proc = subprocess.run([sys.executable, "-c", code],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == {"mlflow": switch == "0"}
     client = MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("minimax-bench").experiment_id])
-    assert run.info.status == "FINISHED"
-    assert run.data.params["budget"] == "2000"
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "dual_gap")]
-    assert len(steps) >= 2 and steps == sorted(set(steps)) and steps[-1] == 2000
+    runs = client.search_runs([client.get_experiment_by_name("minimax-bench").experiment_id])
+    games = [run for run in runs if "budget" in run.data.params]
+    assert len(games) == (2 if multirun else 1) and len(runs) == len(games) + multirun
+    for run in runs:
+        assert run.info.status == "FINISHED"
+    # the journals are gone once the store had everything (read at the command's end)
+    assert not list(tmp_path.glob(".minimax-bench/pending-*.jsonl"))
+    for run in games:
+        assert run.data.params["budget"] == "2000"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "dual_gap")]
+        assert len(steps) >= 2 and steps == sorted(set(steps)) and steps[-1] == 2000
 
 
 def test_an_answer_left_by_an_interrupted_call_is_skipped(tmp_path, helper, monkeypatch):
@@ -151,20 +164,24 @@ def test_a_corrupt_answer_stops_the_helper_and_the_client_goes_on(tmp_path, help
     assert MlflowClient(uri).get_experiment(experiment).name == "after"
 
 
-def test_a_multirun_job_releases_an_unused_helper(tmp_path, monkeypatch):
-    # a preset's multirun starts the helper (no -m on the command line); its
-    # jobs keep mlflow in-process and stop the helper
+def test_a_forked_child_opens_a_client_of_its_own(tmp_path, monkeypatch):
+    # a child forked from the command has the helper's pipes, but the helper
+    # answers its parent: the child's runs go through an in-process client
     started = mlflow_worker.start()
-    monkeypatch.setattr(mlflow_worker, "_STARTED", [started])
-    monkeypatch.setattr(mlflow_store, "single_run", lambda: False)
-    client = mlflow_store.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    assert isinstance(client, MlflowClient)
-    assert mlflow_worker.started() is None and started.proc.returncode == -9
+    try:
+        monkeypatch.setattr(mlflow_worker, "_STARTED", [started])
+        assert mlflow_worker.started() is started
+        monkeypatch.setattr(started, "owner", os.getpid() + 1)
+        assert mlflow_worker.started() is None
+        client = mlflow_store.client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        assert isinstance(client, MlflowClient)
+    finally:
+        started.close()
 
 
 @pytest.mark.parametrize(("argv", "starts"), [
     (["budget=4000"], True),
-    (["-m", "seed=0,1"], False),
+    (["-m", "seed=0,1"], True),
     (["+tracking.enabled=false"], False),
     (["tracking.enabled = False"], False),
 ])
@@ -175,3 +192,43 @@ def test_which_command_lines_start_the_helper(monkeypatch, argv, starts):
     monkeypatch.setattr(mlflow_worker, "start", lambda env=None: calls.append(env) or None)
     mlflow_worker.prestart(argv)
     assert bool(calls) is starts
+
+
+def test_casts_are_answered_at_the_next_call_and_at_close(tmp_path):
+    # a cast does not wait: its answer reaches on_answer when a later call
+    # reads the answers before its own, or when the helper is closed
+    started = mlflow_worker.start()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow_worker.RemoteClient(started, uri)
+    experiment = client.create_experiment("casts")
+    run_id = client.create_run(experiment).info.run_id
+    answers: list[tuple[str, bool]] = []
+    client.cast(lambda ok, value: answers.append(("batch", ok)), "log_batch", run_id,
+                metrics=[("gap", 0.5, 1, 3)])
+    client.cast(lambda ok, value: answers.append(("missing run", ok)), "set_terminated",
+                "0" * 32)
+    assert answers == [] and len(started.casts) == 2
+    assert client.get_run(run_id).data.metrics == {"gap": 0.5}
+    assert answers == [("batch", True), ("missing run", False)] and not started.casts
+    client.cast(lambda ok, value: answers.append(("end", ok)), "set_terminated", run_id)
+    started.close()
+    assert answers[-1] == ("end", True)
+    assert MlflowClient(uri).get_run(run_id).info.status == "FINISHED"
+
+
+def test_casts_of_a_helper_that_dies_fail(tmp_path):
+    started = mlflow_worker.start()
+    client = mlflow_worker.RemoteClient(started, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("dies")
+    answers: list[bool] = []
+    started.proc.kill()
+    started.proc.wait()
+    client.cast(lambda ok, value: answers.append(ok), "create_run", experiment)
+    # a cast on a dead pipe runs in this process at once (the client switched)
+    assert answers == [True]
+    other = mlflow_worker.start()
+    remote = mlflow_worker.RemoteClient(other, f"sqlite:///{tmp_path / 'mlflow.db'}")
+    remote.cast(lambda ok, value: answers.append(ok), "get_experiment", experiment)
+    other.proc.stdout = __import__("io").BufferedReader(__import__("io").BytesIO(b"junk"))
+    other.close()
+    assert answers == [True, False]  # its answer never came: reported failed

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import types
 import urllib.request
 import warnings
 from pathlib import Path
@@ -227,3 +228,46 @@ def test_installed_wheel_runs_from_an_unrelated_folder(tmp_path):
                 "checkpoints=3", "tracking.enabled=false", cwd=elsewhere, exe=exe)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "on breast_cancer" in done.stdout and "3,000" in done.stdout
+
+
+def test_the_sweeper_composes_one_job_of_each_shape_before_launching():
+    # a composition error depends on the keys a job overrides and the option
+    # of each group it picks, not on the values of plain keys
+    from hydra_plugins.minimax_bench.sweeper import job_shapes, validate_shapes
+
+    groups = {"p_player", "dataset"}
+    batch = [[f"seed={s}", f"p_player={p}"] for p in ("exp4mp", "ftrl") for s in range(500)]
+    batch += [["seed=0", "p_player=ftrl", "+p_player.eta=1"], ["seed=1", "dataset=boston"]]
+    shapes = job_shapes(batch, groups.__contains__)
+    assert shapes == [batch[0], batch[500], batch[1000], batch[1001]]
+    composed: list[list[str]] = []
+
+    class Loader:
+        def get_group_options(self, key):
+            return ["x"] if key in groups else []
+
+        def load_sweep_config(self, master_config, sweep_overrides):
+            composed.append(sweep_overrides)
+
+    sweeper = types.SimpleNamespace(hydra_context=types.SimpleNamespace(config_loader=Loader()),
+                                    config=None)
+    validate_shapes(sweeper, batch)
+    assert composed == shapes
+
+
+def test_the_command_sweeps_with_its_own_basic_sweeper():
+    # conf/hydra/sweeper/basic.yaml stands in for Hydra's entry, and a preset's
+    # own sweeper (experiment=tune) still wins
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from harness.config import config_dir, register_options
+
+    register_options()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        for overrides, target in (([], "MinimaxBenchSweeper"),
+                                  (["hydra/sweeper=basic"], "MinimaxBenchSweeper"),
+                                  (["experiment=tune"], "TuneSweeper")):
+            cfg = compose("config", overrides, return_hydra_config=True)
+            assert cfg.hydra.sweeper._target_.endswith(target), overrides

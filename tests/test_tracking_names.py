@@ -16,7 +16,12 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 import harness
-from plugins.tracking.mlflow_runs import CONFIG_KEY_TAG, AlreadyFinished
+from plugins.tracking.mlflow_runs import (
+    CONFIG_KEY_TAG,
+    REQUEST_KEY_TAG,
+    AlreadyFinished,
+    request_key,
+)
 from plugins.tracking.mlflow_store import EXPERIMENT_KIND
 from plugins.tracking.mlflow_sweeps import sweep_name
 from tests.conftest import game_cfg
@@ -167,6 +172,37 @@ def test_resume_does_not_play_a_finished_run_again(store):
     runs = runs_of(store, "resume-skip")
     assert sorted(r.data.tags["seed"] for r in runs) == ["5", "5", "6"]
     assert len({r.data.tags[CONFIG_KEY_TAG] for r in runs}) == 2
+
+
+def test_resume_finds_a_finished_run_before_preparing_anything(store, monkeypatch):
+    # the composed config's key (tag request_key) is looked up before the data
+    # set is loaded; a config spelled otherwise (a step size given as the
+    # value its null resolves to) is found after preparing, by its resolved
+    # parameters
+    from harness import api
+
+    cfg = tiny("seed=9", uri=store, experiment="resume-early")
+    harness.run(cfg)
+    [done] = runs_of(store, "resume-early")
+    assert done.data.tags[REQUEST_KEY_TAG] == request_key(cfg)
+    built: list[str] = []
+    real = api._group
+    monkeypatch.setattr(api, "_group", lambda conf, key: built.append(key) or real(conf, key))
+    with pytest.raises(AlreadyFinished) as info:
+        harness.prepare(dict(cfg, resume=True))
+    assert info.value.run_id == done.info.run_id and built == []
+    with pytest.raises(AlreadyFinished):
+        harness.run(dict(cfg, resume=True, progress=False, state_dir=None))
+    assert built == []  # what steers the run is not part of the key
+    gamma = harness.prepare(dict(cfg, tracking={"enabled": False})).context.params[
+        "p_player.gamma"]
+    built.clear()
+    assert cfg["p_player"]["gamma"] is None
+    spelled = dict(cfg, resume=True, p_player={**cfg["p_player"], "gamma": gamma})
+    assert request_key(spelled) != request_key(cfg)
+    with pytest.raises(AlreadyFinished) as info:
+        harness.run(spelled)
+    assert info.value.run_id == done.info.run_id and built  # found after preparing
 
 
 def test_resume_plays_a_config_whose_run_did_not_finish(store):

@@ -32,6 +32,7 @@ from harness.tune import (
     select,
     summary_table,
 )
+from hydra_plugins.minimax_bench.sweeper import validate_shapes
 
 
 class TuneSweeper(Sweeper):
@@ -222,7 +223,7 @@ class TuneSweeper(Sweeper):
         size = self.max_batch_size or max(len(todo), 1)
         for start in range(0, len(todo), size):
             batch = [list(j) for j in todo[start:start + size]]
-            self.validate_batch_is_legal(batch)
+            validate_shapes(self, batch)  # one job of each shape
             returns = self.launcher.launch(batch, initial_job_idx=self.job_index)
             self.job_index += len(batch)
             for job, ret in zip(batch, returns, strict=True):

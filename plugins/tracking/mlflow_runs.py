@@ -18,7 +18,10 @@ parameters (seed included; the key of its saved state, ``harness.state``).
 With ``resume=true``, a run whose experiment already holds a FINISHED run of
 that key is not played again: the tracker raises ``AlreadyFinished`` before
 any other plugin starts (an unfinished run's saved state is resumed as
-before).
+before). Runs are also tagged ``request_key``, the key of the composed config
+they ran (``request_key``), which is looked up before anything is prepared
+(``before_prepare``): a relaunched sweep skips its finished runs without
+loading their data.
 
 The command's end-of-run summary gains the run's id, its store and how to
 open it; an interrupted run's notice says that the run is marked KILLED.
@@ -26,6 +29,7 @@ open it; an interrupted run's notice says that the run is marked KILLED.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -94,6 +98,34 @@ def run_name(context, role: str | None = None) -> str:
                      f"s{tags['seed']}", *scales] + ([ROLE_NAMES[role]] if role else []))
 
 
+#: the run tag holding the key of its composed config (``request_key``)
+REQUEST_KEY_TAG = "request_key"
+#: top-level config keys that steer how a run is played or recorded, not what it computes
+NOT_THE_RUN = ("progress", "resume", "state_dir", "tracking")
+
+
+def request_key(config: Mapping[str, Any]) -> str:
+    """The key of a run's composed config (seed included) without ``NOT_THE_RUN``:
+    known before anything is prepared. Two runs of one key compute the same
+    thing; two spellings of one configuration (``constraint.k=null`` and the
+    k it resolves to) have two keys, and the ``config_key`` of the resolved
+    parameters finds those after preparing."""
+    return state.key({k: v for k, v in config.items() if k not in NOT_THE_RUN})
+
+
+@harness.hookimpl
+def before_prepare(config):
+    """With ``resume=true``, a FINISHED run of this very composed config is found
+    before the data is loaded and the game prepared (``AlreadyFinished``)."""
+    if not config.get("resume") or config.get("tracking") is None:
+        return
+    settings = validate("tracking", PARAMS, config["tracking"])
+    if settings["enabled"]:
+        mlflow_store.probe(mlflow_store.resolved_uri(settings.get("uri") or None))
+        with mlflow_store.gc_paused():  # mlflow and its store are imported here
+            _refuse_finished(settings, REQUEST_KEY_TAG, request_key(config))
+
+
 @harness.hookimpl(wrapper=True, specname="on_run_start")
 def check_before_start(context):
     """Runs before every other ``on_run_start`` (the OPT solve included): a bad
@@ -108,15 +140,15 @@ def check_before_start(context):
         context.state[CONFIG_KEY_TAG] = state.key(context.params)
         if context.config.get("resume") and context.parts.resumed_from is None:
             with mlflow_store.gc_paused():  # mlflow and its store are imported here
-                _refuse_finished(context, settings)
+                _refuse_finished(settings, CONFIG_KEY_TAG, context.state[CONFIG_KEY_TAG])
     return (yield)
 
 
-def _refuse_finished(context, settings: dict[str, Any]) -> None:
+def _refuse_finished(settings: dict[str, Any], tag: str, key: str) -> None:
     """Raise ``AlreadyFinished`` if the run's experiment holds a FINISHED run
-    tagged with this run's config key; inside a sweep, one of that sweep (its
-    parent run): a sweep's report then finds every run it reused, and another
-    sweep computes its own."""
+    whose ``tag`` is ``key``; inside a sweep, one of that sweep (its parent
+    run): a sweep's report then finds every run it reused, and another sweep
+    computes its own."""
     client = mlflow_store.client(settings.get("uri") or None)
     experiment_id, parent = run_experiment(
         client, settings.get("experiment") or mlflow_store.DEFAULT_EXPERIMENT, create=False)
@@ -125,7 +157,7 @@ def _refuse_finished(context, settings: dict[str, Any]) -> None:
     inside = f" and tags.`mlflow.parentRunId` = '{parent}'" if parent else ""
     found = client.search_runs(
         [experiment_id],
-        filter_string=(f"tags.{CONFIG_KEY_TAG} = '{context.state[CONFIG_KEY_TAG]}' "
+        filter_string=(f"tags.{tag} = '{key}' "
                        f"and attributes.status = 'FINISHED'{inside}"),
         order_by=["attributes.start_time DESC"], max_results=1)
     if found:
@@ -150,7 +182,8 @@ def _start(context, settings: dict[str, Any]) -> None:
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
         client.update_run(resumed["run_id"], status="RUNNING")
-        handle = {**resumed, "client": client, "pending": []}
+        handle = {**resumed, "client": client, "pending": [],
+                  "send_every_s": settings["send_every_s"]}
         context.state["mlflow"] = handle
         mlflow_pending.take_over(context, handle)
         try:
@@ -164,6 +197,7 @@ def _start(context, settings: dict[str, Any]) -> None:
         tags[tune.ROLE_TAG] = settings["tuning"]
     if CONFIG_KEY_TAG in context.state:
         tags[CONFIG_KEY_TAG] = context.state[CONFIG_KEY_TAG]
+    tags[REQUEST_KEY_TAG] = request_key(context.config)
     experiment_id, parent_run_id = run_experiment(client, name)
     if parent_run_id is not None:
         tags["mlflow.parentRunId"] = parent_run_id
@@ -172,18 +206,35 @@ def _start(context, settings: dict[str, Any]) -> None:
                             or run_name(context, settings.get("tuning")))
     run_id = run.info.run_id
     ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
-    context.state["mlflow"] = {**ids, "client": client, "pending": []}
+    context.state["mlflow"] = {**ids, "client": client, "pending": [],
+                               "send_every_s": settings["send_every_s"]}
     context.state.setdefault("resume", {})["mlflow"] = ids  # saved with the game state
     params = [(k, str(v)[:_MAX_PARAM_LEN]) for k, v in sorted(context.params.items())]
     try:
         for start in range(0, len(params), _MAX_PARAMS_PER_BATCH):
             mlflow_store.log_batch(client, run_id,
                                    params=params[start:start + _MAX_PARAMS_PER_BATCH])
-        client.log_dict(run_id, context.config, "config.yaml")
+        _log_config(client, run_id, context.config)
     except BaseException:
         context.state.pop("mlflow")
         client.set_terminated(run_id, status="FAILED")
         raise
+
+
+def _log_config(client, run_id: str, config: Mapping[str, Any]) -> None:
+    """The resolved config as the artifact ``config.yaml`` (a copy of the params
+    the run already holds): without waiting where the client can ``cast``."""
+    cast = getattr(client, "cast", None)
+    if cast is None:
+        client.log_dict(run_id, config, "config.yaml")
+        return
+
+    def answered(ok: bool, value: Any) -> None:
+        if not ok:
+            print(f"minimax-bench: the run's config.yaml could not be stored ({value}); "
+                  "its params hold the same values.", file=sys.stderr)
+
+    cast(answered, "log_dict", run_id, dict(config), "config.yaml")
 
 
 def _last_step(client, run_id: str) -> int:
@@ -202,7 +253,7 @@ def on_checkpoint(context, step: int, metrics: Mapping[str, float]):
         return
     record = {"step": int(step), "timestamp": int(time.time() * 1000),
               "metrics": {k: float(v) for k, v in metrics.items()}}
-    mlflow_pending.send(context, handle, record)
+    mlflow_pending.send(context, handle, record, every=handle["send_every_s"])
 
 
 @harness.hookimpl
@@ -210,8 +261,7 @@ def on_run_end(context, status: str, metrics: Mapping[str, Any]):
     handle = context.state.get("mlflow")
     if handle is None:
         return
-    mlflow_pending.send(context, handle, {"status": status})
-    mlflow_pending.left_over(context, handle)
+    mlflow_pending.finish(context, handle, status)
 
 
 @harness.hookimpl(trylast=True)

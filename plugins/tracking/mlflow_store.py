@@ -37,6 +37,10 @@ PARAMS: dict[str, Param] = {
                         doc="experiment name"),
     "run_name": Param(str, nullable=True,
                       doc="run name; None: <algorithm>-<dataset>-k<k>-s<seed>"),
+    "send_every_s": Param(float, default=10.0, low=0.0,
+                          doc="checkpoints are journalled to disk as they happen and sent "
+                              "to the store in batches: when the oldest unsent one is this "
+                              "many seconds old, and when the run ends (0: each at once)"),
     "tuning": Param(str, nullable=True, choices=("tune", "theory", "tuned", "both"),
                     doc="the run's role in a tuning sweep (hydra/sweeper=tune), its tag "
                         "'tuning'; set by that sweeper"),
@@ -52,9 +56,8 @@ def client(uri: str | None):
     for key, value in mlflow_worker.HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
     helper = mlflow_worker.started()
-    if helper is not None and single_run():
+    if helper is not None:
         return mlflow_worker.RemoteClient(helper, uri)
-    mlflow_worker.release()  # a multirun's jobs (a preset's) keep mlflow in-process
     with gc_paused():  # mlflow, and the store the client opens, are imported here
         from mlflow.tracking import MlflowClient
 

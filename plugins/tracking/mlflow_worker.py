@@ -35,6 +35,7 @@ import pickle
 import subprocess
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 import harness
@@ -63,54 +64,100 @@ class Helper:
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
+        self.owner = os.getpid()  # a forked child has the pipes, not the helper
         self.used = False
         self.sent = 0  # requests sent; answers carry their number
+        #: requests sent by ``cast`` whose answers are unread: number -> on_answer
+        self.casts: dict[int, Callable[[bool, Any], None] | None] = {}
+
+    def _send(self, client: int, name: str, args: tuple, kwargs: dict) -> int:
+        self.used = True
+        self.sent += 1
+        pickle.dump((self.sent, client, name, args, kwargs), self.proc.stdin,
+                    protocol=pickle.HIGHEST_PROTOCOL)
+        self.proc.stdin.flush()
+        return self.sent
+
+    def _answer(self) -> int:
+        """Read one answer; a cast's goes to its ``on_answer``. Its number."""
+        number, ok, value = pickle.load(self.proc.stdout)
+        if number in self.casts:
+            on_answer = self.casts.pop(number)
+            if on_answer is not None:
+                on_answer(ok, value)
+        elif number == self.sent:
+            self._last = (ok, value)
+        return number
+
+    def _gone(self, err: BaseException) -> HelperGone:
+        """Stop the helper; the casts whose answers never came fail."""
+        self.proc.kill()
+        gone = HelperGone(f"the MLflow helper process ended ({err!r})")
+        casts, self.casts = self.casts, {}
+        for on_answer in casts.values():
+            if on_answer is not None:
+                on_answer(False, str(gone))
+        return gone
 
     def call(self, client: int, name: str, *args: Any, **kwargs: Any) -> Any:
         """``name(*args, **kwargs)`` of the helper's client ``client`` (``"open"``:
         a new client of the URI ``args[0]`` in the folder ``args[1]``; its number
-        is the answer). An answer left unread by an interrupted call (a Ctrl-C
-        while it waited) is skipped by the next one. Anything on the answer
-        channel that is not an answer means the helper cannot be trusted: it
-        is stopped (``HelperGone``)."""
-        self.used = True
-        self.sent += 1
+        is the answer), once the casts before it are done (their answers go to
+        their ``on_answer`` on the way). An answer left unread by an
+        interrupted call (a Ctrl-C while it waited) is skipped by the next one.
+        Anything on the answer channel that is not an answer means the helper
+        cannot be trusted: it is stopped (``HelperGone``)."""
         try:
-            pickle.dump((self.sent, client, name, args, kwargs), self.proc.stdin,
-                        protocol=pickle.HIGHEST_PROTOCOL)
-            self.proc.stdin.flush()
-            while True:
-                number, ok, value = pickle.load(self.proc.stdout)
-                if number == self.sent:
-                    break
+            number = self._send(client, name, args, kwargs)
+            while self._answer() != number:
+                pass
         except Exception as err:  # noqa: BLE001 - a broken pipe, an end, a corrupt answer
-            self.proc.kill()
-            raise HelperGone(f"the MLflow helper process ended ({err!r})") from None
+            raise self._gone(err) from None
+        ok, value = self._last
         if ok:
             return value
         raise HelperError(value)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Close its stdin (it ends) and wait for it: the store is closed when
+    def cast(self, on_answer: Callable[[bool, Any], None] | None, client: int, name: str,
+             *args: Any, **kwargs: Any) -> None:
+        """Send ``name(*args, **kwargs)`` without waiting for it: the command
+        goes on while the helper works. Its answer ``(ok, value)`` goes to
+        ``on_answer`` when a later call reads it, or at ``close``; if the
+        helper ends first, ``on_answer(False, why)``."""
+        try:
+            self.casts[self._send(client, name, args, kwargs)] = on_answer
+        except Exception as err:  # noqa: BLE001 - a broken pipe
+            raise self._gone(err) from None
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Close its stdin (it ends once its work is done) and wait for it,
+        reading the answers of the casts still out: the store is closed when
         the command ends. A helper never called (a config error, a run that
         did not track) is stopped at once, wherever its import is."""
         if not self.used:
             self.proc.kill()
-        try:
+        with contextlib.suppress(OSError):
             self.proc.stdin.close()
+        try:
+            while self.casts:
+                self._answer()
+        except Exception as err:  # noqa: BLE001 - it ended without answering them
+            self._gone(err)
+        try:
             self.proc.wait(timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             self.proc.kill()
 
 
 @harness.hookimpl
 def prestart(argv: list[str]) -> None:
-    """Start the helper for a single run of the command that may track: not
-    for ``--multirun`` (its jobs may run anywhere), ``tracking.enabled=false``,
-    or a process that has loaded mlflow already.
-    It is closed when the process ends. The tracker uses it for a single
-    run only: a preset's multirun stops it (``release``)."""
-    if _STARTED or "mlflow" in sys.modules or any(a in ("-m", "--multirun") for a in argv):
+    """Start the helper for a command that may track: not with
+    ``tracking.enabled=false``, or in a process that has loaded mlflow already.
+    It is closed when the process ends. It serves every run this process
+    records: a single run, the sweep's parent run, and each job of a multirun
+    that runs in this process (Hydra's default launcher); a job in another
+    process (joblib, submitit) opens a client of its own."""
+    if _STARTED or "mlflow" in sys.modules:
         return
     if any(a.replace(" ", "").lower().lstrip("+~") == "tracking.enabled=false" for a in argv):
         return
@@ -121,15 +168,8 @@ def prestart(argv: list[str]) -> None:
 
 
 def started() -> Helper | None:
-    """The helper ``prestart`` started, if any."""
-    return _STARTED[0] if _STARTED else None
-
-
-def release() -> None:
-    """Stop the helper ``prestart`` started, if it was never called (a run that
-    does not use it)."""
-    if _STARTED and not _STARTED[0].used:
-        _STARTED.pop().close()
+    """The helper ``prestart`` started in this process, if any."""
+    return _STARTED[0] if _STARTED and _STARTED[0].owner == os.getpid() else None
 
 
 def start(env: dict[str, str] | None = None) -> Helper | None:
@@ -171,6 +211,24 @@ class RemoteClient:
         self._helper = None
         self._direct = MlflowClient(tracking_uri=self._uri)
         self.tracking_uri = self._direct.tracking_uri
+
+    def cast(self, on_answer: Callable[[bool, Any], None] | None, name: str, *args: Any,
+             **kwargs: Any) -> None:
+        """``name(*args, **kwargs)`` without waiting for it (``Helper.cast``); in
+        this process, at once, if the helper is gone."""
+        if self._helper is not None:
+            try:
+                return self._helper.cast(on_answer, self._id, name, *args, **kwargs)
+            except HelperGone:
+                self._switch()
+        try:
+            value = getattr(self._direct, name)(*args, **entities(kwargs))
+        except Exception as err:  # noqa: BLE001 - every error goes to on_answer
+            ok, value = False, f"{type(err).__name__}: {err}"
+        else:
+            ok = True
+        if on_answer is not None:
+            on_answer(ok, value)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
