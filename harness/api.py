@@ -7,6 +7,7 @@ import math
 import pickle
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -46,6 +47,14 @@ RUN_SWITCHES: dict[str, Param] = {
                     doc="rounds in compiled calls (auto: when every component offers a "
                         "compiled form) or in the Python loop; same numbers either way"),
 }
+
+
+#: seconds of a run between two saves of its state (at a checkpoint): an
+#: interrupted run resumes from its last save and replays at most about this
+#: much, to the same numbers; a run of a second or less saves none (a save
+#: costs about a millisecond: at each of its checkpoints, a short run's
+#: saves would take a quarter of its time)
+SAVE_EVERY_S = 1.0
 
 
 def package_version() -> str:
@@ -300,10 +309,12 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
         context.state["resume"] = saved["resume"]
 
     saving = [True]
+    last_save = [time.monotonic()]
 
     def checkpoint(step: int, metrics: dict[str, float]) -> None:
         hook.on_checkpoint(context=context, step=step, metrics=metrics)
-        if saving[0]:
+        if saving[0] and time.monotonic() - last_save[0] >= SAVE_EVERY_S:
+            last_save[0] = time.monotonic()
             try:
                 state.save(state_file, prepared, game)
             except (pickle.PicklingError, AttributeError, TypeError) as err:

@@ -92,7 +92,8 @@ def interrupted(prepared: Prepared) -> str:
     elif prepared.state_file is None:
         text = "minimax-bench: interrupted; no state is saved (state_dir=null): it cannot resume"
     else:
-        text = ("minimax-bench: interrupted before its first checkpoint; nothing is saved to "
+        text = ("minimax-bench: interrupted before its state was first saved (a second into "
+                "the game, at a checkpoint); nothing is saved to "
                 "resume from: run the same command again")
     for label, line in plugin_lines(prepared, "KILLED", metrics):
         text += f"; {label} {line}" if label else f"; {line}"

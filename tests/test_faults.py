@@ -136,6 +136,15 @@ class Faulty:
         register(BadLoss)
 
 
+@pytest.fixture(autouse=True)
+def save_at_every_checkpoint(monkeypatch):
+    """The state saved at each checkpoint (not once a second): these runs are
+    short, and the tests interrupt them between two given checkpoints."""
+    from harness import api
+
+    monkeypatch.setattr(api, "SAVE_EVERY_S", 0.0)
+
+
 def _registry(*extra) -> Registry:
     return Registry(harness.make_plugin_manager([Faulty(), *extra], load_entrypoints=False))
 
@@ -204,6 +213,32 @@ def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
         assert steps[: len(kept)] == kept and len(steps) == len(set(steps))
         assert steps[-1] == 20_000
         assert list((tmp_path / f"state{i}").glob("state-*.pkl")) == []
+
+
+@pytest.mark.parametrize("every", [0.0, 3600.0])
+def test_the_state_is_saved_once_a_second_and_an_unsaved_run_replays(tmp_path, monkeypatch,
+                                                                      every):
+    # every=0: a save at each checkpoint; every=3600: none in this short run,
+    # so an interrupt leaves nothing to resume from and resume=true plays the
+    # run again from its start to the uninterrupted numbers
+    from harness import api, state
+
+    monkeypatch.setattr(api, "SAVE_EVERY_S", every)
+    saves: list[int] = []
+    real = state.save
+    monkeypatch.setattr(state, "save", lambda *a: saves.append(1) or real(*a))
+    Flaky.calls, Flaky.fail_at = 0, None
+    reference = untimed(harness.run(_cfg(tmp_path, resume=False, tracking={"enabled": False}),
+                                    plugins=[Faulty()]))
+    n_checkpoints = len(_checkpoint_rounds(_cfg(tmp_path)))
+    assert len(saves) == (n_checkpoints if every == 0.0 else 0)
+    cfg = _cfg(tmp_path, tracking={"enabled": False})
+    Flaky.calls, Flaky.fail_at = 0, 3000
+    with pytest.raises(KeyboardInterrupt):
+        harness.run(cfg, plugins=[Faulty()])
+    assert bool(list((tmp_path / "state").glob("state-*.pkl"))) == (every == 0.0)
+    Flaky.calls, Flaky.fail_at = 0, None
+    assert untimed(harness.run(cfg, plugins=[Faulty()])) == reference
 
 
 def test_a_component_whose_state_version_changed_starts_afresh(tmp_path, monkeypatch):
