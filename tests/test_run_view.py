@@ -105,7 +105,8 @@ def test_the_view_shows_the_game_before_during_and_after_play(tiny_cfg):
     assert run.rounds == run.horizon and run.data_points == metrics["data_points"]
 
 
-def test_the_view_reads_through_to_the_resumed_components(tiny_cfg, tmp_path):
+def test_the_view_reads_through_to_the_resumed_components(tiny_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(harness.api, "SAVE_EVERY_S", 0.0)  # a save at each checkpoint
     cfg = dict(tiny_cfg, resume=True, state_dir=str(tmp_path / "state"))
     stop = StopAt(4)
     first = harness.prepare(cfg, _registry(stop))

@@ -106,7 +106,8 @@ def test_the_solver_radius_defaults_to_the_w_players():
 
 
 @pytest.mark.parametrize("solver", ["prospect", "lsvrg", "full_batch"])
-def test_a_killed_solver_run_resumes_to_the_same_numbers(solver, tmp_path):
+def test_a_killed_solver_run_resumes_to_the_same_numbers(solver, tmp_path, monkeypatch):
+    monkeypatch.setattr(harness.api, "SAVE_EVERY_S", 0.0)  # a save at each checkpoint
     # interrupted at its third checkpoint (a KeyboardInterrupt raised by a hook,
     # as a signal would end it), then resumed from the saved state: the final
     # metrics equal an uninterrupted run's (timings aside), seed 3
