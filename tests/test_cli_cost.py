@@ -281,10 +281,13 @@ class StoreWatcher:
 
 
 def test_every_checkpoint_is_in_the_store_when_its_hooks_return(tmp_path, store, monkeypatch):
+    # with tracking.send_every_s=0 each checkpoint is sent at once (by default
+    # they are journalled and sent in batches: tests/test_faults.py)
     monkeypatch.chdir(tmp_path)  # where this process's client puts the run's artifacts
     watcher = StoreWatcher(store)
     cfg = game_cfg("budget=20000", "checkpoints=6",
-                   tracking={"enabled": True, "uri": store, "experiment": "live"})
+                   tracking={"enabled": True, "uri": store, "experiment": "live",
+                             "send_every_s": 0.0})
     harness.run(cfg, plugins=[watcher])
     assert len(watcher.seen) >= 6
     logged: list[int] = []
