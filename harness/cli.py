@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.api import Prepared, play, prepare
-from harness.config import config_dir, register_options, unknown_option
+from harness.config import config_dir, register_options, unknown_key, unknown_option
 from harness.game import GuardError
 from harness.params import ConfigError, RunSkipped, SetupError
 
@@ -161,8 +161,8 @@ def tuning_task(cfg: DictConfig) -> dict[str, float]:
 
 def main() -> None:
     """``minimax-bench [overrides]`` (after ``harness.command.main`` started
-    the helpers): an unknown option of a config group is one line and exit 2
-    (before Hydra's longer message); then Hydra's app.
+    the helpers): an unknown option of a config group, or an unknown config
+    key, is one line and exit 2 (before Hydra's longer message); then Hydra's app.
 
     The objects that exist when the command starts (its modules) and when it
     ends are moved out of the cyclic garbage collector's reach
@@ -175,7 +175,8 @@ def main() -> None:
     """
     gc.freeze()
     try:
-        message = unknown_option(sys.argv[1:])
+        args = sys.argv[1:]
+        message = unknown_option(args) or unknown_key(args)
         if message is not None:
             print(f"minimax-bench: error: {message}", file=sys.stderr)
             raise SystemExit(2)
