@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from harness.api import Prepared, play, prepare
 from harness.config import config_dir, register_options, unknown_key, unknown_option
 from harness.game import GuardError
+from harness.joblog import recorded
 from harness.params import ConfigError, RunSkipped, SetupError
 
 
@@ -21,9 +22,10 @@ def _progress_bar(enabled: bool, total: int) -> Any:
         return None
     from tqdm import tqdm
 
-    # disable=None: shown on a terminal, silent when output is redirected
+    # disable=None: shown on a terminal, silent when output is redirected; on the
+    # terminal alone, not in the run's log (harness.joblog)
     return tqdm(total=total, unit="round", disable=None, mininterval=0.5, leave=False,
-                dynamic_ncols=True)
+                dynamic_ncols=True, file=getattr(sys.stderr, "terminal", sys.stderr))
 
 
 def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
@@ -101,8 +103,10 @@ def interrupted(prepared: Prepared) -> str:
 
 
 def task(cfg: DictConfig) -> float | None:
-    """One game from a composed config; returns the final certified gap (for sweepers)."""
-    return run_task(cfg).get("dual_gap")
+    """One game from a composed config; returns the final certified gap (for
+    sweepers). What it prints also goes to the run folder's log (``harness.joblog``)."""
+    with recorded():
+        return run_task(cfg).get("dual_gap")
 
 
 def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
@@ -155,8 +159,10 @@ def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
 
 def tuning_task(cfg: DictConfig) -> dict[str, float]:
     """The task of the tuning sweeper (``hydra/sweeper=tune``): ``run_task`` with
-    failures returned, so the sweep goes on past a diverging step size."""
-    return run_task(cfg, failures=True)
+    failures returned, so the sweep goes on past a diverging step size; what it
+    prints also goes to the job folder's log."""
+    with recorded():
+        return run_task(cfg, failures=True)
 
 
 def main() -> None:
