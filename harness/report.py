@@ -569,6 +569,17 @@ def problem_table(grouped: dict[str, Curves], metric: str = "relative_suboptimal
         "algorithms).\n")
 
 
+def figure_title(parts: Sequence[str], inches: float, points: float = 12.0) -> str:
+    """A figure's one title from ``parts`` (``"paper_cancer: certified dual gap"``,
+    ``"on yacht minmax k=20"``): on one line if it fits ``inches`` at ``points``
+    (about 0.55 em a character), else a line per part, each wrapped to fit."""
+    fits = max(20, int(inches * 72 / (0.55 * points)))
+    text = " ".join(parts)
+    if len(text) <= fits:
+        return text
+    return "\n".join(line for part in parts for line in textwrap.wrap(part, fits))
+
+
 def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
                     metric: str = "relative_suboptimality",
                     x: str = "data_points") -> list[Path]:
@@ -588,11 +599,18 @@ def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
         fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
         drawn = [_draw(ax, part, metric, x)
                  for ax, (_, part) in zip(axes[0], panels, strict=True)]
-        for ax, (problem, _) in zip(axes[0], panels, strict=True):
-            # the figure's title names the data set: each panel, the rest of its problem
-            ax.set_title(problem.removeprefix(dataset).strip() or problem, fontsize="small")
+        # one title names what the panels share (the data set, its preparation),
+        # each panel of several the rest of its problem (k=20, k=154)
+        names = [problem.split(" ") for problem, _ in panels]
+        shared = [word for word in names[0] if all(word in other for other in names)]
+        if len(panels) > 1:
+            for ax, words in zip(axes[0], names, strict=True):
+                ax.set_title(" ".join(w for w in words if w not in shared) or " ".join(words),
+                             fontsize="medium")
         if any(drawn):
-            fig.suptitle(f"{title}: {LABELS.get(metric, metric)} on {dataset}")
+            fig.suptitle(figure_title([f"{title}: {LABELS.get(metric, metric)}",
+                                       f"on {' '.join(shared)}"], 6 * len(panels) - 0.5, 11.0),
+                         fontsize=11.0)
             fig.tight_layout()
             plain = metric in ("relative_suboptimality", "objective")
             path = out / (f"problem_{dataset}.png" if plain else
@@ -610,11 +628,13 @@ def figures(grouped: dict[str, Curves], out: Path, title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    problem = ", ".join(split_by_problem(grouped))
     written = []
     for metric in CURVE_METRICS:
         fig, ax = plt.subplots(figsize=(6, 4))
         if _draw(ax, grouped, metric, x):
-            ax.set_title(f"{title}: {LABELS.get(metric, metric)}")
+            ax.set_title(figure_title([f"{title}: {LABELS.get(metric, metric)}",
+                                       f"on {problem}"], 5.2, 10.0), fontsize=10.0)
             fig.tight_layout()
             path = out / f"{metric}.png"
             fig.savefig(path, dpi=120)
@@ -625,7 +645,7 @@ def figures(grouped: dict[str, Curves], out: Path, title: str,
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     _draw(left, grouped, task, x)
     _draw(right, grouped, "dual_gap", x)
-    fig.suptitle(title)
+    fig.suptitle(figure_title([f"{title}:", problem], 11.5))
     fig.tight_layout()
     path = out / "summary.png"
     fig.savefig(path, dpi=120)

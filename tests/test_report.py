@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -481,3 +482,36 @@ def test_a_table_wider_than_the_terminal_is_cut_into_blocks_that_fit():
     assert sorted(v for row in cells for v in row if v.startswith("0.")) == sorted(
         f"{0.01 * (j + 1):.3g}" for j in range(12) for _ in problems)
 
+
+def test_each_figure_has_one_title_naming_the_metric_and_the_problem(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    titles = {}
+    save = Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        titles[Path(path).name] = (fig.get_suptitle(), [ax.get_title() for ax in fig.axes])
+        return save(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    one = {"exp4mp": _curves("yacht minmax k=20", ("yacht", 20), [0.1, 0.3], 0.5, 1.0)}
+    report.figures(one, tmp_path, "paper")
+    report.problem_figures(one, tmp_path, "paper")
+    assert titles["relative_suboptimality.png"] == (
+        "", ["paper: relative suboptimality on yacht minmax k=20"])
+    assert titles["summary.png"] == ("paper: yacht minmax k=20", ["", ""])
+    assert titles["problem_yacht.png"] == (
+        "paper: relative suboptimality on yacht minmax k=20", [""])
+    # panels of one data set: the title says what they share, each panel the rest
+    two = {"exp4mp": _merge(one["exp4mp"], _curves("yacht minmax k=154", ("yacht", 154),
+                                                   [0.2], 0.4, 1.0))}
+    report.problem_figures(two, tmp_path, "paper")
+    assert titles["problem_yacht.png"] == (
+        "paper: relative suboptimality on yacht minmax", ["k=20", "k=154"])
+    # too long for one line: a line per part
+    assert report.figure_title(["paper: normalised suboptimality (F - F*) / (F(w_0) - F*)",
+                                "on yacht minmax k=20"], 5.2, 10.0) == (
+        "paper: normalised suboptimality (F - F*) / (F(w_0) - F*)\non yacht minmax k=20")
