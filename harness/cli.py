@@ -11,8 +11,9 @@ import hydra
 from omegaconf import DictConfig
 
 from harness.api import Prepared, play, prepare
-from harness.config import config_dir, register_options, unknown_option
+from harness.config import config_dir, register_options, unknown_key, unknown_option
 from harness.game import GuardError
+from harness.joblog import recorded
 from harness.params import ConfigError, RunSkipped, SetupError
 
 
@@ -21,9 +22,10 @@ def _progress_bar(enabled: bool, total: int) -> Any:
         return None
     from tqdm import tqdm
 
-    # disable=None: shown on a terminal, silent when output is redirected
+    # disable=None: shown on a terminal, silent when output is redirected; on the
+    # terminal alone, not in the run's log (harness.joblog)
     return tqdm(total=total, unit="round", disable=None, mininterval=0.5, leave=False,
-                dynamic_ncols=True)
+                dynamic_ncols=True, file=getattr(sys.stderr, "terminal", sys.stderr))
 
 
 def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
@@ -101,8 +103,10 @@ def interrupted(prepared: Prepared) -> str:
 
 
 def task(cfg: DictConfig) -> float | None:
-    """One game from a composed config; returns the final certified gap (for sweepers)."""
-    return run_task(cfg).get("dual_gap")
+    """One game from a composed config; returns the final certified gap (for
+    sweepers). What it prints also goes to the run folder's log (``harness.joblog``)."""
+    with recorded():
+        return run_task(cfg).get("dual_gap")
 
 
 def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
@@ -155,14 +159,16 @@ def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
 
 def tuning_task(cfg: DictConfig) -> dict[str, float]:
     """The task of the tuning sweeper (``hydra/sweeper=tune``): ``run_task`` with
-    failures returned, so the sweep goes on past a diverging step size."""
-    return run_task(cfg, failures=True)
+    failures returned, so the sweep goes on past a diverging step size; what it
+    prints also goes to the job folder's log."""
+    with recorded():
+        return run_task(cfg, failures=True)
 
 
 def main() -> None:
     """``minimax-bench [overrides]`` (after ``harness.command.main`` started
-    the helpers): an unknown option of a config group is one line and exit 2
-    (before Hydra's longer message); then Hydra's app.
+    the helpers): an unknown option of a config group, or an unknown config
+    key, is one line and exit 2 (before Hydra's longer message); then Hydra's app.
 
     The objects that exist when the command starts (its modules) and when it
     ends are moved out of the cyclic garbage collector's reach
@@ -175,7 +181,8 @@ def main() -> None:
     """
     gc.freeze()
     try:
-        message = unknown_option(sys.argv[1:])
+        args = sys.argv[1:]
+        message = unknown_option(args) or unknown_key(args)
         if message is not None:
             print(f"minimax-bench: error: {message}", file=sys.stderr)
             raise SystemExit(2)

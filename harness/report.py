@@ -57,14 +57,17 @@ split by problem (data set, preparation, k, mu/nu). It writes
 
 and hands them to the tracker (the hook ``save_report``; MLflow: artifacts of
 the sweep's parent run, ``report/``, when the report covers one sweep, else of
-a summary run in the same experiment).
+a summary run in the same experiment). It prints the tables as well, fitted to
+the terminal (``terminal_text``; the final values as their medians).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -566,6 +569,17 @@ def problem_table(grouped: dict[str, Curves], metric: str = "relative_suboptimal
         "algorithms).\n")
 
 
+def figure_title(parts: Sequence[str], inches: float, points: float = 12.0) -> str:
+    """A figure's one title from ``parts`` (``"paper_cancer: certified dual gap"``,
+    ``"on yacht minmax k=20"``): on one line if it fits ``inches`` at ``points``
+    (about 0.55 em a character), else a line per part, each wrapped to fit."""
+    fits = max(20, int(inches * 72 / (0.55 * points)))
+    text = " ".join(parts)
+    if len(text) <= fits:
+        return text
+    return "\n".join(line for part in parts for line in textwrap.wrap(part, fits))
+
+
 def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
                     metric: str = "relative_suboptimality",
                     x: str = "data_points") -> list[Path]:
@@ -585,11 +599,18 @@ def problem_figures(grouped: dict[str, Curves], out: Path, title: str,
         fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
         drawn = [_draw(ax, part, metric, x)
                  for ax, (_, part) in zip(axes[0], panels, strict=True)]
-        for ax, (problem, _) in zip(axes[0], panels, strict=True):
-            # the figure's title names the data set: each panel, the rest of its problem
-            ax.set_title(problem.removeprefix(dataset).strip() or problem, fontsize="small")
+        # one title names what the panels share (the data set, its preparation),
+        # each panel of several the rest of its problem (k=20, k=154)
+        names = [problem.split(" ") for problem, _ in panels]
+        shared = [word for word in names[0] if all(word in other for other in names)]
+        if len(panels) > 1:
+            for ax, words in zip(axes[0], names, strict=True):
+                ax.set_title(" ".join(w for w in words if w not in shared) or " ".join(words),
+                             fontsize="medium")
         if any(drawn):
-            fig.suptitle(f"{title}: {LABELS.get(metric, metric)} on {dataset}")
+            fig.suptitle(figure_title([f"{title}: {LABELS.get(metric, metric)}",
+                                       f"on {' '.join(shared)}"], 6 * len(panels) - 0.5, 11.0),
+                         fontsize=11.0)
             fig.tight_layout()
             plain = metric in ("relative_suboptimality", "objective")
             path = out / (f"problem_{dataset}.png" if plain else
@@ -607,11 +628,13 @@ def figures(grouped: dict[str, Curves], out: Path, title: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    problem = ", ".join(split_by_problem(grouped))
     written = []
     for metric in CURVE_METRICS:
         fig, ax = plt.subplots(figsize=(6, 4))
         if _draw(ax, grouped, metric, x):
-            ax.set_title(f"{title}: {LABELS.get(metric, metric)}")
+            ax.set_title(figure_title([f"{title}: {LABELS.get(metric, metric)}",
+                                       f"on {problem}"], 5.2, 10.0), fontsize=10.0)
             fig.tight_layout()
             path = out / f"{metric}.png"
             fig.savefig(path, dpi=120)
@@ -622,7 +645,7 @@ def figures(grouped: dict[str, Curves], out: Path, title: str,
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     _draw(left, grouped, task, x)
     _draw(right, grouped, "dual_gap", x)
-    fig.suptitle(title)
+    fig.suptitle(figure_title([f"{title}:", problem], 11.5))
     fig.tight_layout()
     path = out / "summary.png"
     fig.savefig(path, dpi=120)
@@ -631,8 +654,9 @@ def figures(grouped: dict[str, Curves], out: Path, title: str,
     return written
 
 
-def final_table(grouped: dict[str, Curves]) -> str:
-    """Markdown table: median [min, max] over seeds of each metric's last value."""
+def final_table(grouped: dict[str, Curves], spread: bool = True) -> str:
+    """Markdown table: median [min, max] over seeds of each metric's last value
+    (the median alone without ``spread``: the terminal's version)."""
     present = [m for m in TABLE_METRICS
                if any(m in h for c in grouped.values() for h in c.runs.values())]
     lines = ["| configuration | seeds | " + " | ".join(present) + " |",
@@ -642,11 +666,12 @@ def final_table(grouped: dict[str, Curves]) -> str:
         cells = []
         for metric in present:
             last = np.array([h[metric][1][-1] for h in runs if metric in h])
-            cells.append("" if last.size == 0 else
-                         f"{np.median(last):.4g} [{last.min():.4g}, {last.max():.4g}]")
+            cells.append("" if last.size == 0 else f"{np.median(last):.4g}" + (
+                f" [{last.min():.4g}, {last.max():.4g}]" if spread else ""))
         lines.append(f"| {algorithm} | {len(runs)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\nmedian [min, max] over seeds of the value at the last " \
-                              "checkpoint.\n"
+    what = ("median [min, max] over seeds" if spread else
+            "median over seeds (with the min and max: final_values.md)")
+    return "\n".join(lines) + f"\n\n{what} of the value at the last checkpoint.\n"
 
 
 #: time-to-accuracy targets: relative suboptimality (needs OPT) and normalised suboptimality
@@ -909,10 +934,67 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _write(path: Path, text: str, files: list[Path]) -> None:
+def _write(path: Path, text: str, files: list[Path], shown: str | None = None) -> None:
+    """Write the markdown ``text`` to ``path``; print it (or ``shown``, a shorter
+    version) as ``terminal_text``."""
     path.write_text(text)
     files.append(path)
-    print(text)
+    print(terminal_text(text if shown is None else shown))
+
+
+def terminal_text(text: str, width: int | None = None) -> str:
+    """Markdown ``text`` as a terminal shows it best, ``width`` columns wide (default:
+    the terminal's): each table in aligned columns, transposed when it is too
+    wide and that makes it narrower, then cut into blocks of columns that fit,
+    each block repeating the first column; paragraphs wrapped."""
+    width = width or shutil.get_terminal_size().columns
+    out: list[str] = []
+    table: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            table.append(line)
+            continue
+        if table:
+            out += _table_lines(table, width)
+            table = []
+        out += textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False) or [""]
+    return "\n".join(out)
+
+
+def _table_lines(markdown: Sequence[str], width: int) -> list[str]:
+    """A markdown table's rows (header first) as aligned lines (``terminal_text``)."""
+    grid = [[cell.strip() for cell in row.strip().strip("|").split("|")]
+            for row in markdown if not set(row) <= set("|-: ")]
+    columns = max(len(row) for row in grid)
+    grid = [row + [""] * (columns - len(row)) for row in grid]
+
+    def span(grid: list[list[str]]) -> list[int]:
+        return [max(len(row[j]) for row in grid) for j in range(len(grid[0]))]
+
+    def breadth(grid: list[list[str]]) -> int:  # two spaces between columns
+        return sum(span(grid)) + 2 * (len(grid[0]) - 1)
+
+    if breadth(grid) > width:
+        flipped = [list(column) for column in zip(*grid, strict=True)]
+        if breadth(flipped) < breadth(grid):
+            grid = flipped
+    widths = span(grid)
+    blocks: list[list[int]] = [[]]
+    for j in range(1, len(widths)):
+        used = widths[0] + sum(2 + widths[i] for i in blocks[-1])
+        if blocks[-1] and used + 2 + widths[j] > width:
+            blocks.append([])
+        blocks[-1].append(j)
+    lines: list[str] = []
+    for block in blocks:
+        if lines:
+            lines.append("")
+        for i, row in enumerate(grid):
+            cells = [row[0].ljust(widths[0]), *(row[j].rjust(widths[j]) for j in block)]
+            lines.append("  ".join(cells).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * widths[j] for j in [0, *block]))
+    return lines
 
 
 def write_report(grouped: dict[str, Curves], out: Path, title: str,
@@ -925,11 +1007,12 @@ def write_report(grouped: dict[str, Curves], out: Path, title: str,
                + tune.summary_table(scope.tuning), files)
     if len(problems) == 1:
         files += figures(grouped, out, title, args.x)
-        text = final_table(grouped)
+        text, shown = final_table(grouped), final_table(grouped, spread=False)
     else:  # curves of different problems are never pooled: per-problem figures below
-        text = "\n".join(f"## {problem}\n\n{final_table(part)}"
-                         for problem, part in problems.items())
-    _write(out / "final_values.md", f"# {title}\n\n" + text, files)
+        text, shown = ("\n".join(f"## {problem}\n\n{final_table(part, spread)}"
+                                 for problem, part in problems.items())
+                       for spread in (True, False))
+    _write(out / "final_values.md", f"# {title}\n\n" + text, files, f"# {title}\n\n" + shown)
     if any(c.opt for c in grouped.values()):
         text = f"# {title}: relative suboptimality by problem\n\n" + problem_table(grouped)
         if any("normalised_suboptimality" in h for c in grouped.values()

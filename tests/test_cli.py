@@ -176,7 +176,40 @@ def test_cli_multirun_over_seeds(run_cli, shared_store, tmp_path):
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parents[0].info.run_id}
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
-    assert (tmp_path / "multirun").is_dir()
+    # each job's folder keeps its own summary in its log
+    logs = sorted((tmp_path / "multirun").glob("*/*/[01]/cli.log"))
+    assert [log.parent.name for log in logs] == ["0", "1"]
+    for seed, log in enumerate(logs):
+        text = log.read_text()
+        assert f", seed {seed})" in text and f", seed {1 - seed})" not in text
+        assert text.count("certified dual gap") == 1
+
+
+# --------------------------------------------------------------------------- the run's log
+
+
+def _logged(folder: Path) -> list[str]:
+    """The messages of the run folder's ``cli.log`` (Hydra's job log), without their
+    time, logger and level."""
+    (log,) = folder.glob("outputs/*/*/cli.log")
+    return [line.split("] - ", 1)[1] for line in log.read_text().splitlines()]
+
+
+def test_the_run_folder_log_holds_what_the_terminal_shows(run_cli, tmp_path):
+    done = run_cli("budget=2000", "checkpoints=2", "tracking.enabled=false",
+                   "reference.exact=false")
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    assert printed[0].startswith("minimax-bench: exp4mp vs ogd on ")
+    assert _logged(tmp_path) == printed  # every line, once, and the terminal unchanged
+
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    done = run_cli("constraint.k=100000", "tracking.enabled=false", cwd=failed)
+    assert done.returncode == 2
+    (error,) = done.stderr.splitlines()
+    assert error.startswith("minimax-bench: error: The 'k' parameter of kset must be")
+    assert _logged(failed) == [error]
 
 
 # --------------------------------------------------------------------------- bad input

@@ -1,6 +1,6 @@
 """One source of defaults: ``harness.compose`` builds the CLI's config, options
 are generated from the ``Param`` tables, the shipped YAML agrees with them,
-and an unknown option is one line."""
+and an unknown option or key is one line."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import yaml
 from omegaconf import OmegaConf
 
 import harness
-from harness import Param, Proposal
+from harness import Param, Proposal, config
 from harness.api import GAME_PARAMS, RUN_SWITCHES
-from harness.config import GROUPS, SET_BY_HARNESS, compose, config_dir
+from harness.config import GROUPS, SET_BY_HARNESS, compose, config_dir, unknown_key
 from harness.registry import default_registry
 
 CONFIG_YAML = Path(config_dir()) / "config.yaml"
@@ -226,6 +226,78 @@ def test_an_unknown_option_is_one_line_and_exit_2(run_cli, override, group, give
     assert "Available: [" in lines[0]
     if group == "p_player option":
         assert "'exp4mp'" in lines[0] and "'ftrl'" in lines[0]
+
+
+UNKNOWN_KEYS = [
+    (("budjet=1000",), "budjet", "['budget']", "at the top level"),
+    (("p_player.etaa=0.1",), "p_player.etaa", "['p_player.eta', ", "in p_player=exp4mp"),
+    (("tracking.enabeld=false",), "tracking.enabeld", "['tracking.enabled']", "in tracking"),
+    (("dataset.splt=train",), "dataset.splt", "['dataset.split'", "in dataset="),
+    (("p_player=ftrl", "p_player.etaa=1"), "p_player.etaa", "['p_player.eta', ",
+     "in p_player=ftrl: ['eta', 'eta_scale', 'name']"),
+    (("--multirun", "budjet=1000,2000"), "budjet", "['budget']", "at the top level"),
+    # the key is exp4mp's, not ru_sgd's: each option a sweep picks is checked
+    (("--multirun", "p_player=exp4mp,ru_sgd", "p_player.gamma=0.1"), "p_player.gamma", "none",
+     "in p_player=ru_sgd"),
+]
+
+
+@pytest.mark.parametrize(("args", "key", "closest", "where"), UNKNOWN_KEYS,
+                         ids=[" ".join(a) for a, *_ in UNKNOWN_KEYS])
+def test_an_unknown_key_is_one_line_with_the_closest_keys_and_exit_2(
+        run_cli, tmp_path, args, key, closest, where):
+    done = run_cli(*args, "tracking.enabled=false")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # before Hydra's own message, instead of it
+    assert lines[0].startswith(f"minimax-bench: error: Unknown config key '{key}' in ")
+    assert f"Closest: {closest}" in lines[0] and f"Available {where}" in lines[0]
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["budget=2000", "p_player.gamma=0.1", "tracking.enabled=false", "problem.mu=0"],
+    ["p_player=ftrl", "p_player.eta=0.1"],
+    ["model.loss_scale=2"],  # model=auto, an option of YAML alone: composed to be checked
+    ["experiment=paper_cancer", "p_player.eta_scale=2"],
+    ["constraint=alphaset_groups", "constraint.caps.by_group.column=group"],
+    ["+budjet=1000"], ["++budjet=1000"], ["+p_player.foo=1", "p_player.foo=2"],
+    ["hydra.job.nme=x"],  # a key under hydra. is Hydra's to report
+    ["--multirun", "seed=0,1", "p_player=exp4mp,ftrl", "p_player.eta_scale=2"],
+])
+def test_known_keys_and_explicit_adds_pass(args):
+    assert unknown_key(args) is None
+
+
+def test_the_option_picked_decides_which_keys_exist():
+    assert unknown_key(["p_player.gamma=0.1"]) is None  # exp4mp's gamma
+    message = unknown_key(["p_player=ftrl", "p_player.gamma=0.1"])
+    assert message is not None and "Available in p_player=ftrl: " in message
+    message = unknown_key(["experiment=paper_cancer", "p_player.eta_scal=2"])
+    assert message is not None and "Closest: ['p_player.eta_scale']" in message
+    # a key of another block is offered where its name is close
+    assert "Closest: ['constraint.k']" in unknown_key(["k=10"])
+    assert "Closest: ['p_player.eta', " in unknown_key(["pplayer.eta=1"])
+
+
+def test_keys_the_tables_vouch_for_are_checked_without_composing(monkeypatch):
+    composed = []
+    monkeypatch.setattr(config, "_hydra_compose", lambda *args, **kw: composed.append(args))
+    assert unknown_key(["budget=2000", "seed=3", "p_player=ftrl", "p_player.eta=0.1",
+                        "dataset=boston", "dataset.scale=standard", "tracking.enabled=false",
+                        "reference.exact=false", "problem.mu=0", "constraint.k=10"]) is None
+    assert composed == []
+
+
+def test_compose_refuses_an_unknown_key_as_the_command_does():
+    with pytest.raises(harness.ConfigError) as err:
+        compose(["p_player=ftrl", "p_player.etaa=1"])
+    assert str(err.value) == unknown_key(["p_player=ftrl", "p_player.etaa=1"])
+    assert str(err.value).startswith("Unknown config key 'p_player.etaa' in 'p_player.etaa=1'.")
+    registry = harness.Registry(harness.make_plugin_manager([_Plugin()]))
+    with pytest.raises(harness.ConfigError, match=r"Closest: \['p_player.mode'\]\. "
+                       r"Available in p_player=config_test_bandit: \['eta', 'mode', 'name'\]"):
+        compose(["p_player=config_test_bandit", "p_player.mod=b"], registry=registry)
 
 
 @pytest.mark.parametrize(("group", "name"), _cases())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,11 +37,12 @@ def sweep(tmp_path_factory):
 
 
 def test_report_of_a_sweep_writes_figures_and_tables_and_logs_them_to_its_parent_run(
-        sweep, capsys):
+        sweep, capsys, monkeypatch):
     # the store holds one sweep: the report covers it (and says so), and its files
     # become artifacts of the sweep's parent run, not of a separate summary run
     where, uri = sweep
     out = where / "report"
+    monkeypatch.setenv("COLUMNS", "80")  # the terminal's width
     assert report.main(["--tracking-uri", uri, "--experiment", "tiny", "--out", str(out)]) == 0
     for name in ("dual_gap", "objective", "accuracy", "max_loss", "theory_bound", "summary"):
         data = (out / f"{name}.png").read_bytes()
@@ -56,8 +58,13 @@ def test_report_of_a_sweep_writes_figures_and_tables_and_logs_them_to_its_parent
     exp = client.get_experiment_by_name("tiny")
     everything = client.search_runs([exp.experiment_id])
     parent = next(r for r in everything if r.data.tags.get(SWEEP_TAG) == "1")
+    printed = capsys.readouterr().out
     assert f"reporting sweep {parent.info.run_name!r} (parent run {parent.info.run_id})" \
-        in capsys.readouterr().out
+        in printed
+    # the terminal's final table: the medians, a row per metric, within 80 columns
+    shown = printed[printed.index("# tiny\n"):printed.index("# tiny: time to accuracy")]
+    assert "| " not in shown and " [" not in shown and max(map(len, shown.splitlines())) <= 80
+    assert "\ndual_gap " in shown and "(with the min and max: final_values.md)" in shown
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/dual_gap.png", "report/summary.png", "report/final_values.md",
             "report/time_to_accuracy.md"} <= names
@@ -427,3 +434,84 @@ def test_a_set_that_names_itself_names_the_problem_and_a_split_is_part_of_it():
     # a set without a label: its k; every row (split=all) is said by nothing
     name, _ = report.problem_of({**params, "dataset.split": "all"}, {"dataset": "yacht"})
     assert name == "yacht standard k=3 mu=0.004 nu=1 no-ball"
+
+
+def _finals(values: dict[str, list[float]]) -> dict[str, report.Curves]:
+    """Per configuration, one run per value: every table metric ends at value + its index."""
+    grouped = {}
+    for name, finals in values.items():
+        curves = grouped[name] = report.Curves()
+        for seed, value in enumerate(finals):
+            curves.runs[f"s{seed}"] = {
+                metric: (np.array([1.0, 2.0]), np.array([99.0, value + i]))
+                for i, metric in enumerate(report.TABLE_METRICS)}
+    return grouped
+
+
+def test_the_terminal_shows_the_final_table_transposed_with_medians_the_file_keeps_all():
+    grouped = _finals({"exp4mp": [0.1, 0.2, 0.3], "ru_sgd": [0.4, 0.5, 0.6]})
+    kept = report.final_table(grouped)
+    assert len(kept.splitlines()[0].split(" | ")) == 2 + len(report.TABLE_METRICS)
+    assert "| 3 | 0.2 [0.1, 0.3] | 1.2 [1.1, 1.3] |" in kept
+    shown = report.terminal_text(report.final_table(grouped, spread=False), width=80)
+    lines = shown.splitlines()
+    assert max(map(len, lines)) <= 80 and "|" not in shown and "[" not in shown.split("\n\n")[0]
+    # one row per metric, one column per configuration, the medians aligned
+    assert lines[:4] == ["configuration             exp4mp  ru_sgd",
+                         "------------------------  ------  ------",
+                         "seeds                          3       3",
+                         "dual_gap                     0.2     0.5"]
+    assert lines[2 + len(report.TABLE_METRICS)] == "wall_time_s                 12.2    12.5"
+    assert "(with the min and max: final_values.md)" in shown
+
+
+def test_a_table_wider_than_the_terminal_is_cut_into_blocks_that_fit():
+    problems = [f"dataset{i} minmax k=20" for i in range(14)]
+    grouped = {f"exp4mp eta_scale=3^{j}": _merge(*(
+        _curves(p, (p.split()[0], 20), [0.01 * (j + 1)], 0.5, 1.0) for p in problems))
+        for j in range(12)}
+    table = report.problem_table(grouped)
+    shown = report.terminal_text(table, width=80).split("\n\n")
+    blocks = [b.splitlines() for b in shown if b.startswith("configuration")]
+    assert len(blocks) > 2
+    assert all(len(line) <= 80 for block in blocks for line in block)
+    # each block repeats the first column; together they hold every cell once
+    firsts = [[line.split("  ")[0] for line in block] for block in blocks]
+    assert all(first == firsts[0] for first in firsts)
+    cells = [line.split() for block in blocks for line in block[2:]]
+    assert sorted(v for row in cells for v in row if v.startswith("0.")) == sorted(
+        f"{0.01 * (j + 1):.3g}" for j in range(12) for _ in problems)
+
+
+def test_each_figure_has_one_title_naming_the_metric_and_the_problem(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    titles = {}
+    save = Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        titles[Path(path).name] = (fig.get_suptitle(), [ax.get_title() for ax in fig.axes])
+        return save(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    one = {"exp4mp": _curves("yacht minmax k=20", ("yacht", 20), [0.1, 0.3], 0.5, 1.0)}
+    report.figures(one, tmp_path, "paper")
+    report.problem_figures(one, tmp_path, "paper")
+    assert titles["relative_suboptimality.png"] == (
+        "", ["paper: relative suboptimality on yacht minmax k=20"])
+    assert titles["summary.png"] == ("paper: yacht minmax k=20", ["", ""])
+    assert titles["problem_yacht.png"] == (
+        "paper: relative suboptimality on yacht minmax k=20", [""])
+    # panels of one data set: the title says what they share, each panel the rest
+    two = {"exp4mp": _merge(one["exp4mp"], _curves("yacht minmax k=154", ("yacht", 154),
+                                                   [0.2], 0.4, 1.0))}
+    report.problem_figures(two, tmp_path, "paper")
+    assert titles["problem_yacht.png"] == (
+        "paper: relative suboptimality on yacht minmax", ["k=20", "k=154"])
+    # too long for one line: a line per part
+    assert report.figure_title(["paper: normalised suboptimality (F - F*) / (F(w_0) - F*)",
+                                "on yacht minmax k=20"], 5.2, 10.0) == (
+        "paper: normalised suboptimality (F - F*) / (F(w_0) - F*)\non yacht minmax k=20")
