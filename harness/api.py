@@ -169,8 +169,10 @@ class Prepared:
     solver: Algorithm
     game: Loop | None = None
     resumed_from: int | None = None
-    #: where ``play`` saves the game's state at each checkpoint (None: nowhere)
+    #: where ``play`` saves the game's state at checkpoints (None: nowhere), and
+    #: the round of the last state it saved there (None: none yet)
     state_file: Path | None = None
+    saved_round: int | None = None
     #: seconds ``prepare`` spent before the clock (the players' setup, where their
     #: kernels load; a solver's probe on a copy), and a solver's own setup (its
     #: first pass: the start of its clock)
@@ -317,6 +319,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
             last_save[0] = time.monotonic()
             try:
                 state.save(state_file, prepared, game)
+                prepared.saved_round = game.state.rounds
             except (pickle.PicklingError, AttributeError, TypeError) as err:
                 saving[0] = False
                 warnings.warn(f"The game state cannot be saved ({err}); this run cannot be "

@@ -88,9 +88,11 @@ def interrupted(prepared: Prepared) -> str:
     metrics = prepared.game.state.last_metrics if prepared.game is not None else {}
     saved = prepared.state_file is not None and prepared.state_file.is_file()
     if saved:
-        text = (f"minimax-bench: interrupted; its state at round {prepared.context.parts.rounds:,} "
-                "(the last checkpoint) is saved: run the same command with resume=true to "
-                "continue")
+        at = prepared.saved_round if prepared.saved_round is not None else \
+            prepared.resumed_from  # (a resumed run interrupted before its own first save)
+        text = (f"minimax-bench: interrupted at round {prepared.context.parts.rounds:,}; its "
+                f"state at round {at:,} (its last save, at a checkpoint) is saved: run the "
+                "same command with resume=true to continue")
     elif prepared.state_file is None:
         text = "minimax-bench: interrupted; no state is saved (state_dir=null): it cannot resume"
     else:

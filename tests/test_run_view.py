@@ -190,14 +190,17 @@ def test_plugin_summary_lines_appear_after_a_finished_run(tiny_cfg):
     assert lines[-1] == "  acme: a line of its own"
 
 
-def test_plugin_summary_lines_appear_after_an_interrupt(tiny_cfg, tmp_path):
+def test_plugin_summary_lines_appear_after_an_interrupt(tiny_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(harness.api, "SAVE_EVERY_S", 0.0)  # a save at each checkpoint
     cfg = dict(tiny_cfg, state_dir=str(tmp_path / "state"))
     prep = harness.prepare(cfg, _registry(Reporter(), StopAt(3)))
     with pytest.raises(KeyboardInterrupt):
         harness.play(prep)
     text = cli.interrupted(prep)
     done = prep.context.parts.checkpoints[2]
-    assert text.startswith(f"minimax-bench: interrupted; its state at round {done:,} ")
+    saved = prep.context.parts.checkpoints[1]  # (StopAt raises before checkpoint 3's save)
+    assert text.startswith(f"minimax-bench: interrupted at round {done:,}; its state at "
+                           f"round {saved:,} (its last save, at a checkpoint) is saved")
     gap = prep.game.state.last_metrics["dual_gap"]
     assert text.endswith(f"; acme status KILLED after {done:,} rounds, gap {gap:.3g}"
                          "; acme: a line of its own")
