@@ -45,8 +45,8 @@ def ui(tool, tmp_path_factory):
 def test_the_sweep_has_descriptive_run_names(ui):
     _, sweep, _ = ui
     assert sorted(sweep.children.values()) == [
-        "exp4mp-breast_cancer-k20-s0", "exp4mp-breast_cancer-k20-s1",
-        "ru_sgd-breast_cancer-k20-s0", "ru_sgd-breast_cancer-k20-s1"]
+        "exp4mp s0 k20 breast_cancer", "exp4mp s1 k20 breast_cancer",
+        "ru_sgd s0 k20 breast_cancer", "ru_sgd s1 k20 breast_cancer"]
     assert sweep.parent_name.startswith("sweep p_player=exp4mp,ru_sgd seed=0,1")
 
 

@@ -59,9 +59,9 @@ def runs_of(uri: str, experiment: str) -> list[Any]:
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [
-    (("constraint.k=20",), "exp4mp-breast_cancer-k20-s0"),
-    (("p_player=ftrl", "constraint.k=7", "seed=3"), "ftrl-breast_cancer-k7-s3"),
-    (("solver=sgd", "constraint.k=5", "seed=1"), "sgd-breast_cancer-k5-s1"),
+    (("constraint.k=20",), "exp4mp s0 k20 breast_cancer"),
+    (("p_player=ftrl", "constraint.k=7", "seed=3"), "ftrl s3 k7 breast_cancer"),
+    (("solver=sgd", "constraint.k=5", "seed=1"), "sgd s1 k5 breast_cancer"),
 ], ids=["game", "other-p-player", "solver"])
 def test_run_is_named_after_what_ran(store, overrides, expected):
     harness.run(tiny(*overrides, uri=store, experiment=f"names-{expected}"))
@@ -129,7 +129,7 @@ def test_multirun_parent_is_named_after_the_swept_overrides(run_cli, store, tmp_
     [parent] = [r for r in runs if r.data.tags.get("minimax_bench_sweep") == "1"]
     assert re.fullmatch(r"sweep seed=0,1 \d{4}-\d\d-\d\d \d\d:\d\d", parent.info.run_name)
     assert sorted(r.info.run_name for r in runs if r is not parent) == [
-        "exp4mp-breast_cancer-k20-s0", "exp4mp-breast_cancer-k20-s1"]
+        "exp4mp s0 k20 breast_cancer", "exp4mp s1 k20 breast_cancer"]
 
 
 # --------------------------------------------------------------------------- experiment kind
