@@ -1,7 +1,7 @@
-"""What the MLflow tracker names and marks: run names, a sweep's parent run
-name, the experiment kind, and ``resume=true`` skipping a run that already
-finished. Real SQLite stores, one per module (creating one costs seconds),
-each test under its own experiment name."""
+"""What the MLflow tracker names and marks: run names, metric keys, a sweep's
+parent run name, the experiment kind, and ``resume=true``
+skipping a run that already finished. Real SQLite stores, one per module
+(creating one costs seconds), each test under its own experiment name."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 import harness
+from plugins.tracking import mlflow_records
+from plugins.tracking.mlflow_names import BOOKKEEPING, core_name, logged_name
 from plugins.tracking.mlflow_runs import (
     CONFIG_KEY_TAG,
     REQUEST_KEY_TAG,
@@ -130,6 +132,47 @@ def test_multirun_parent_is_named_after_the_swept_overrides(run_cli, store, tmp_
     assert re.fullmatch(r"sweep seed=0,1 \d{4}-\d\d-\d\d \d\d:\d\d", parent.info.run_name)
     assert sorted(r.info.run_name for r in runs if r is not parent) == [
         "exp4mp s0 k20 breast_cancer", "exp4mp s1 k20 breast_cancer"]
+
+
+# --------------------------------------------------------------------------- metric keys
+
+
+def test_bookkeeping_metrics_are_logged_under_a_prefix_that_sorts_them_last(store):
+    final = harness.run(tiny(uri=store, experiment="keys"))
+    [run] = runs_of(store, "keys")
+    keys = sorted(run.data.metrics)  # MLflow's UI orders charts and columns this way
+    assert keys == sorted(logged_name(name) for name in final)
+    compared = [k for k in keys if not k.startswith("zz.")]
+    assert {"dual_gap", "objective", "accuracy"} <= set(compared)
+    assert keys == compared + sorted(f"zz.{name}" for name in BOOKKEEPING & set(final))
+    assert {"rounds", "data_points", "wall_time_s", "checkpoint_time_s"} <= BOOKKEEPING & set(final)
+
+
+def test_metric_keys_map_back_to_the_core_names():
+    for name in BOOKKEEPING:
+        assert core_name(logged_name(name)) == name and logged_name(name) == f"zz.{name}"
+    for name in ("dual_gap", "suboptimality", "group_loss.a", "zz.mine", "zz.dual_gap"):
+        assert logged_name(name) == name and core_name(name) == name
+    assert core_name("rounds") == "rounds"  # a run logged before the prefix
+
+
+def test_the_report_reads_old_and_new_keys_by_the_core_names(store):
+    harness.run(tiny(uri=store, experiment="keys-read"))
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("keys-read").experiment_id
+    old = client.create_run(experiment, run_name="logged before the prefix").info.run_id
+    for step, rounds in ((20, 1.0), (40, 2.0)):
+        client.log_metric(old, "rounds", rounds, step=step)
+        client.log_metric(old, "dual_gap", 0.5 / rounds, step=step)
+    records = {r.id: r for r in mlflow_records.read_runs(store, "keys-read", "")}
+    new = next(r for key, r in records.items() if key != old)
+    assert "rounds" in new.metrics and "zz.rounds" not in new.metrics
+    steps, values = new.metrics["rounds"]
+    assert list(steps) == [m.step for m in client.get_metric_history(new.id, "zz.rounds")]
+    assert values[-1] == 100.0  # budget 2000 at k = 20 rows a round
+    steps, values = records[old].metrics["rounds"]
+    assert list(steps) == [20.0, 40.0] and list(values) == [1.0, 2.0]
+    assert sorted(records[old].metrics) == ["dual_gap", "rounds"]
 
 
 # --------------------------------------------------------------------------- experiment kind

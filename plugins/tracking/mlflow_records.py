@@ -8,7 +8,8 @@ record (the parent run ``plugins.tracking.mlflow_sweeps`` made: tag ``SWEEP_TAG`
 its overrides, its artifacts such as a tuning sweep's ``tuning.json``).
 ``save_report`` logs the report's files as artifacts of the sweep's parent run
 (``report/``), or of a summary run (tag ``REPORT_TAG``) when the report
-covers more than one sweep; summary runs are not read back.
+covers more than one sweep; summary runs are not read back. Metric histories
+go by the core's names (``mlflow_names``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 import harness
 from harness.runs import History, RunRecord
 from plugins.tracking import mlflow_store
+from plugins.tracking.mlflow_names import core_name
 from plugins.tracking.mlflow_sweeps import OVERRIDES_TAG, SWEEP_TAG
 
 #: the tag of a report's summary run
@@ -69,17 +71,19 @@ def _record(client, run) -> RunRecord:
 
 
 class _Histories(Mapping[str, History]):
-    """A run's metric histories, each read from the store when first asked for."""
+    """A run's metric histories by the core's names (``mlflow_names``), each read
+    from the store when first asked for."""
 
     def __init__(self, client, run_id: str, keys: list[str]) -> None:
-        self._client, self._run_id, self._keys = client, run_id, keys
+        self._client, self._run_id = client, run_id
+        self._keys = {core_name(key): key for key in keys}  # the core's names: MLflow keys
         self._read: dict[str, History] = {}
 
     def __getitem__(self, key: str) -> History:
         if key not in self._keys:
             raise KeyError(key)
         if key not in self._read:
-            history = sorted(self._client.get_metric_history(self._run_id, key),
+            history = sorted(self._client.get_metric_history(self._run_id, self._keys[key]),
                              key=lambda m: m.step)
             self._read[key] = (np.array([m.step for m in history], dtype=float),
                                np.array([m.value for m in history], dtype=float))
@@ -134,3 +138,4 @@ def save_report(source: str | None, experiment: str, sweep: str | None,
         client.log_artifact(run.info.run_id, str(path))
     client.set_terminated(run.info.run_id)
     return f"logged as artifacts of run {run.info.run_id} in experiment {experiment!r}"
+

@@ -38,6 +38,7 @@ import harness
 from harness import ConfigError, state, tune
 from harness.params import validate
 from plugins.tracking import mlflow_pending, mlflow_store
+from plugins.tracking.mlflow_names import core_name, logged_name
 from plugins.tracking.mlflow_store import PARAMS
 from plugins.tracking.mlflow_sweeps import run_experiment
 
@@ -167,7 +168,7 @@ def _refuse_finished(settings: dict[str, Any], tag: str, key: str) -> None:
     if found:
         run = found[0]
         raise AlreadyFinished(run.info.run_id, experiment_id, client.tracking_uri,
-                              run.data.metrics)
+                              {core_name(k): v for k, v in run.data.metrics.items()})
 
 
 @harness.hookimpl
@@ -256,7 +257,7 @@ def on_checkpoint(context, step: int, metrics: Mapping[str, float]):
     if handle is None or step <= handle.get("logged_through", -1):
         return
     record = {"step": int(step), "timestamp": int(time.time() * 1000),
-              "metrics": {k: float(v) for k, v in metrics.items()}}
+              "metrics": {logged_name(k): float(v) for k, v in metrics.items()}}
     mlflow_pending.send(context, handle, record, every=handle["send_every_s"])
 
 
