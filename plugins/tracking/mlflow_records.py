@@ -8,8 +8,10 @@ record (the parent run ``plugins.tracking.mlflow_sweeps`` made: tag ``SWEEP_TAG`
 its overrides, its artifacts such as a tuning sweep's ``tuning.json``).
 ``save_report`` logs the report's files as artifacts of the sweep's parent run
 (``report/``), or of a summary run (tag ``REPORT_TAG``) when the report
-covers more than one sweep; summary runs are not read back. Metric histories
-go by the core's names (``mlflow_names``).
+covers more than one sweep; summary runs are not read back. ``view_lines``
+writes the view of the reported runs in MLflow's UI and says how to open it
+(``mlflow_view``). Metric histories go by the core's names
+(``mlflow_names``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 import harness
 from harness.runs import History, RunRecord
-from plugins.tracking import mlflow_store
+from plugins.tracking import mlflow_store, mlflow_view
 from plugins.tracking.mlflow_names import core_name
 from plugins.tracking.mlflow_sweeps import OVERRIDES_TAG, SWEEP_TAG
 
@@ -139,3 +141,21 @@ def save_report(source: str | None, experiment: str, sweep: str | None,
     client.set_terminated(run.info.run_id)
     return f"logged as artifacts of run {run.info.run_id} in experiment {experiment!r}"
 
+
+@harness.hookimpl
+def view_lines(source: str | None, experiment: str, sweep: str | None,
+               query: str) -> list[str] | None:
+    """The URL of the reported runs side by side in MLflow's UI
+    (``mlflow_view``): the sweep's runs, or every game run (tag ``algorithm``),
+    narrowed by ``query``."""
+    client = _client(source)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    scope = mlflow_view.sweep_filter(sweep) if sweep else "tags.algorithm LIKE '%'"
+    whose = "the sweep's" if sweep else "the experiment's"
+    try:
+        return mlflow_view.view_lines(client, found.experiment_id,
+                                      f"{scope} and {query}" if query else scope, whose)
+    except Exception as err:  # noqa: BLE001 - a store that takes no tag: the report stands
+        return [f"no MLflow view of the reported runs ({err!r})"]
