@@ -22,7 +22,8 @@ plugins' scratch space, each plugin under its own keys.
 ``before_prepare`` sees a run's composed config before anything is built.
 A tracker also implements the command's ``prestart``, the sweep hooks
 (``on_sweep_start``, ``on_sweep_end``: once per Hydra multirun) and the
-report's ``read_runs`` and ``save_report``; the core names no tracker.
+report's ``read_runs``, ``save_report`` and ``view_lines``; the core names no
+tracker.
 """
 
 from __future__ import annotations
@@ -221,3 +222,14 @@ def save_report(source: str | None, experiment: str, sweep: str | None,
     that ``read_runs`` returned with ``is_sweep``), or, when the report covers
     more than one sweep (None), with a record of their own that ``read_runs``
     leaves out. Return a line saying where they went (None: not kept here)."""
+
+
+@hookspec(firstresult=True)
+def view_lines(source: str | None, experiment: str, sweep: str | None,
+               query: str) -> list[str] | None:
+    """Called by ``minimax-bench-report`` after it has read the runs it reports:
+    lines saying where the tracker shows those runs side by side (the MLflow
+    tracker: a URL of a chart of the dual gap against data points, and the
+    command that serves a local store). ``sweep``: the id of the sweep's
+    record (None: every run, ``--all``); ``query``: ``--filter``. Return None
+    if this tracker does not serve ``source``."""

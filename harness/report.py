@@ -58,7 +58,9 @@ split by problem (data set, preparation, k, mu/nu). It writes
 and hands them to the tracker (the hook ``save_report``; MLflow: artifacts of
 the sweep's parent run, ``report/``, when the report covers one sweep, else of
 a summary run in the same experiment). It prints the tables as well, fitted to
-the terminal (``terminal_text``; the final values as their medians).
+the terminal (``terminal_text``; the final values as their medians). Last, it
+prints where the tracker shows the reported runs side by side (the hook
+``view_lines``; MLflow: the URL of a chart of the dual gap against data points).
 """
 
 from __future__ import annotations
@@ -903,6 +905,18 @@ def save_report(source: str | None, experiment: str, sweep: str | None,
                                files=list(files))
 
 
+def view_lines(source: str | None, experiment: str, sweep: str | None, query: str,
+               pm: pluggy.PluginManager | None = None) -> list[str]:
+    """Where the tracker shows the reported runs side by side (the hook
+    ``view_lines``; none: [])."""
+    if pm is None:
+        from harness.registry import default_registry
+
+        pm = default_registry().pm
+    return list(pm.hook.view_lines(source=source, experiment=experiment, sweep=sweep,
+                                   query=query) or [])
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minimax-bench-report",
                                      description=__doc__.split("\n\n")[0].replace("``", ""))
@@ -1060,10 +1074,11 @@ def main(argv: Sequence[str] | None = None, pm: pluggy.PluginManager | None = No
     out.mkdir(parents=True, exist_ok=True)
     files = write_report(grouped, out, args.title or args.experiment, args, scope)
     print(f"wrote {len(files)} files to {out}/")
-    if args.no_log:
-        return 0
-    saved = save_report(args.source, args.experiment, scope.sweep_id, files, pm)
-    print(saved or "no tracking plugin keeps the report's files")
+    if not args.no_log:
+        saved = save_report(args.source, args.experiment, scope.sweep_id, files, pm)
+        print(saved or "no tracking plugin keeps the report's files")
+    for line in view_lines(args.source, args.experiment, scope.sweep_id, args.filter, pm):
+        print(line)
     return 0
 
 

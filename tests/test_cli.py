@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 import harness
 from harness.game import TIMING_METRICS, checkpoint_rounds
 from plugins.p_players.exp4mp import Exp4MP
+from plugins.tracking.mlflow_names import logged_name
 
 #: the default run's metrics (Boston, a regression: the MSE of the k largest losses)
 CHECKPOINT_METRICS = ("dual_gap", "objective", "topk_mse", "max_loss", "theory_bound",
@@ -105,14 +106,14 @@ def test_cli_run_is_tracked_in_mlflow(run_cli, tracking_uri):
     rounds = checkpoint_rounds(horizon, n_cp, k)
     client = MlflowClient(tracking_uri)
     for key in CHECKPOINT_METRICS:
-        history = client.get_metric_history(run_id, key)
+        history = client.get_metric_history(run_id, logged_name(key))
         assert len(history) == len(rounds), key
         steps = [m.step for m in history]
         assert steps == sorted(set(steps)), key  # strictly increasing
         assert steps[-1] == budget // k * k, key
         assert steps == [int(r) * k for r in rounds], key
         assert all(math.isfinite(m.value) for m in history), key
-    rounds_logged = [m.value for m in client.get_metric_history(run_id, "rounds")]
+    rounds_logged = [m.value for m in client.get_metric_history(run_id, "zz.rounds")]
     assert rounds_logged == [float(r) for r in rounds]
 
     # params: the Theorem 4.1 defaults at this horizon

@@ -17,6 +17,7 @@ from harness import Param, Proposal, config
 from harness.api import GAME_PARAMS, RUN_SWITCHES
 from harness.config import GROUPS, SET_BY_HARNESS, compose, config_dir, unknown_key
 from harness.registry import default_registry
+from plugins.tracking.mlflow_names import core_name
 
 CONFIG_YAML = Path(config_dir()) / "config.yaml"
 
@@ -133,7 +134,7 @@ def test_compose_equals_what_the_cli_composes(run_cli, tmp_path):
     client = MlflowClient(tracking_uri=uri)
     (experiment,) = [e for e in client.search_experiments() if e.name == "minimax-bench"]
     (cli_run,) = client.search_runs([experiment.experiment_id])
-    cli = dict(cli_run.data.metrics)
+    cli = {core_name(k): v for k, v in cli_run.data.metrics.items()}  # MLflow's keys mapped
     timing = {k for k in api if k.endswith("_s") or "time" in k}
     assert {k: v for k, v in cli.items() if k not in timing} == {
         k: v for k, v in api.items() if k not in timing}

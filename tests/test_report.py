@@ -12,6 +12,7 @@ import pytest
 
 import harness
 from harness import report
+from plugins.tracking import mlflow_view
 from plugins.tracking.mlflow_records import REPORT_TAG
 from plugins.tracking.mlflow_sweeps import SWEEP_TAG
 
@@ -65,6 +66,13 @@ def test_report_of_a_sweep_writes_figures_and_tables_and_logs_them_to_its_parent
     shown = printed[printed.index("# tiny\n"):printed.index("# tiny: time to accuracy")]
     assert "| " not in shown and " [" not in shown and max(map(len, shown.splitlines())) <= 80
     assert "\ndual_gap " in shown and "(with the min and max: final_values.md)" in shown
+    # last, the URL of the sweep's runs side by side in MLflow's UI: the sweep's own view
+    key = mlflow_view.view_key(mlflow_view.sweep_filter(parent.info.run_id))
+    assert printed.splitlines()[-3:] == [
+        "MLflow view of the sweep's 4 runs: dual_gap and suboptimality against data points, "
+        "log axes", f"  open it with:  mlflow ui --backend-store-uri {uri}  then",
+        f"  {mlflow_view.view_url(mlflow_view.LOCAL_UI, exp.experiment_id, key)}"]
+    assert mlflow_view.SHARED_VIEW_TAG + key in client.get_experiment(exp.experiment_id).tags
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/dual_gap.png", "report/summary.png", "report/final_values.md",
             "report/time_to_accuracy.md"} <= names
@@ -130,6 +138,8 @@ def test_mixed_store_with_all_has_one_line_per_budget_and_counts_a_seed_once(mix
                         "--no-log", "--all"]) == 0
     captured = capsys.readouterr()
     assert "reporting all 5 finished runs" in captured.out
+    # the view holds every game run (the one made twice too), not the sweep's parent run
+    assert "MLflow view of the experiment's 6 runs: dual_gap" in captured.out
     rows = _rows((out / "final_values.md").read_text())
     assert sorted(rows) == ["exp4mp budget=20000", "exp4mp budget=4000", "ru_sgd"]
     assert rows["exp4mp budget=20000"].startswith("| exp4mp budget=20000 | 1 |")

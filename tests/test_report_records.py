@@ -78,6 +78,10 @@ class RecordTracker:
         self.saved.append((source, experiment, sweep, sorted(Path(f).name for f in files)))
         return f"kept in memory with {sweep}"
 
+    @harness.hookimpl
+    def view_lines(self, source, experiment, sweep, query):
+        return [f"the runs of {sweep} side by side: memory://{experiment}/view?q={query}"]
+
 
 @pytest.fixture
 def tracker(monkeypatch):
@@ -112,6 +116,8 @@ def test_the_report_reads_a_trackers_records_through_the_hook(tracker, tmp_path,
     assert (source, experiment, sweep) == ("memory://", "e", "sweep1")
     assert {"final_values.md", "dual_gap.png", "tuning.md"} <= set(names)
     assert "kept in memory with sweep1" in printed
+    # last, where the tracker shows the reported runs side by side
+    assert printed.splitlines()[-1] == "the runs of sweep1 side by side: memory://e/view?q="
 
 
 def test_all_runs_and_a_query_reach_the_tracker(tracker, tmp_path, capsys):

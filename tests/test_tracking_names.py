@@ -1,11 +1,13 @@
-"""What the MLflow tracker names and marks: run names, a sweep's parent run
-name, the experiment kind, and ``resume=true`` skipping a run that already
-finished. Real SQLite stores, one per module (creating one costs seconds),
-each test under its own experiment name."""
+"""What the MLflow tracker names and marks: run names, metric keys, a sweep's
+parent run name and its view, the experiment kind, and ``resume=true``
+skipping a run that already finished. Real SQLite stores, one per module
+(creating one costs seconds), each test under its own experiment name."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +18,8 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 import harness
+from plugins.tracking import mlflow_records, mlflow_view
+from plugins.tracking.mlflow_names import BOOKKEEPING, core_name, logged_name
 from plugins.tracking.mlflow_runs import (
     CONFIG_KEY_TAG,
     REQUEST_KEY_TAG,
@@ -24,7 +28,7 @@ from plugins.tracking.mlflow_runs import (
 )
 from plugins.tracking.mlflow_store import EXPERIMENT_KIND
 from plugins.tracking.mlflow_sweeps import sweep_name
-from tests.conftest import game_cfg
+from tests.conftest import game_cfg, run_harness_cli
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +63,9 @@ def runs_of(uri: str, experiment: str) -> list[Any]:
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [
-    (("constraint.k=20",), "exp4mp-breast_cancer-k20-s0"),
-    (("p_player=ftrl", "constraint.k=7", "seed=3"), "ftrl-breast_cancer-k7-s3"),
-    (("solver=sgd", "constraint.k=5", "seed=1"), "sgd-breast_cancer-k5-s1"),
+    (("constraint.k=20",), "exp4mp s0 k20 breast_cancer"),
+    (("p_player=ftrl", "constraint.k=7", "seed=3"), "ftrl s3 k7 breast_cancer"),
+    (("solver=sgd", "constraint.k=5", "seed=1"), "sgd s1 k5 breast_cancer"),
 ], ids=["game", "other-p-player", "solver"])
 def test_run_is_named_after_what_ran(store, overrides, expected):
     harness.run(tiny(*overrides, uri=store, experiment=f"names-{expected}"))
@@ -120,16 +124,111 @@ def test_long_sweep_names_are_cut():
     assert len(name) < 140
 
 
-def test_multirun_parent_is_named_after_the_swept_overrides(run_cli, store, tmp_path):
-    proc = run_cli("--multirun", "seed=0,1", "dataset=breast_cancer", "budget=2000",
-                   "checkpoints=2", f"tracking.uri={store}", "tracking.experiment=sweep-name",
-                   f"hydra.sweep.dir={tmp_path / 'sweep'}")
+@pytest.fixture(scope="module")
+def cli_sweep(store, tmp_path_factory) -> subprocess.CompletedProcess[str]:
+    """``minimax-bench --multirun seed=0,1`` (2 runs) into the experiment ``sweep-name``."""
+    where = tmp_path_factory.mktemp("sweep")
+    proc = run_harness_cli("--multirun", "seed=0,1", "dataset=breast_cancer", "budget=2000",
+                           "checkpoints=2", f"tracking.uri={store}",
+                           "tracking.experiment=sweep-name",
+                           f"hydra.sweep.dir={where / 'sweep'}", cwd=where)
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_multirun_parent_is_named_after_the_swept_overrides(cli_sweep, store):
     runs = runs_of(store, "sweep-name")
     [parent] = [r for r in runs if r.data.tags.get("minimax_bench_sweep") == "1"]
     assert re.fullmatch(r"sweep seed=0,1 \d{4}-\d\d-\d\d \d\d:\d\d", parent.info.run_name)
     assert sorted(r.info.run_name for r in runs if r is not parent) == [
-        "exp4mp-breast_cancer-k20-s0", "exp4mp-breast_cancer-k20-s1"]
+        "exp4mp s0 k20 breast_cancer", "exp4mp s1 k20 breast_cancer"]
+
+
+# --------------------------------------------------------------------------- metric keys
+
+
+def test_bookkeeping_metrics_are_logged_under_a_prefix_that_sorts_them_last(store):
+    final = harness.run(tiny(uri=store, experiment="keys"))
+    [run] = runs_of(store, "keys")
+    keys = sorted(run.data.metrics)  # MLflow's UI orders charts and columns this way
+    assert keys == sorted(logged_name(name) for name in final)
+    compared = [k for k in keys if not k.startswith("zz.")]
+    assert {"dual_gap", "objective", "accuracy"} <= set(compared)
+    assert keys == compared + sorted(f"zz.{name}" for name in BOOKKEEPING & set(final))
+    assert {"rounds", "data_points", "wall_time_s", "checkpoint_time_s"} <= BOOKKEEPING & set(final)
+
+
+def test_metric_keys_map_back_to_the_core_names():
+    for name in BOOKKEEPING:
+        assert core_name(logged_name(name)) == name and logged_name(name) == f"zz.{name}"
+    for name in ("dual_gap", "suboptimality", "group_loss.a", "zz.mine", "zz.dual_gap"):
+        assert logged_name(name) == name and core_name(name) == name
+    assert core_name("rounds") == "rounds"  # a run logged before the prefix
+
+
+def test_the_report_reads_old_and_new_keys_by_the_core_names(store):
+    harness.run(tiny(uri=store, experiment="keys-read"))
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("keys-read").experiment_id
+    old = client.create_run(experiment, run_name="logged before the prefix").info.run_id
+    for step, rounds in ((20, 1.0), (40, 2.0)):
+        client.log_metric(old, "rounds", rounds, step=step)
+        client.log_metric(old, "dual_gap", 0.5 / rounds, step=step)
+    records = {r.id: r for r in mlflow_records.read_runs(store, "keys-read", "")}
+    new = next(r for key, r in records.items() if key != old)
+    assert "rounds" in new.metrics and "zz.rounds" not in new.metrics
+    steps, values = new.metrics["rounds"]
+    assert list(steps) == [m.step for m in client.get_metric_history(new.id, "zz.rounds")]
+    assert values[-1] == 100.0  # budget 2000 at k = 20 rows a round
+    steps, values = records[old].metrics["rounds"]
+    assert list(steps) == [20.0, 40.0] and list(values) == [1.0, 2.0]
+    assert sorted(records[old].metrics) == ["dual_gap", "rounds"]
+
+
+# --------------------------------------------------------------------------- views
+
+
+def test_a_sweep_prints_the_url_of_its_view(cli_sweep, store):
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("sweep-name")
+    [parent] = [r for r in runs_of(store, "sweep-name")
+                if r.data.tags.get("minimax_bench_sweep") == "1"]
+    key = mlflow_view.view_key(mlflow_view.sweep_filter(parent.info.run_id))
+    lines = cli_sweep.stdout.splitlines()
+    start = lines.index("MLflow view of the sweep's 2 runs: dual_gap and suboptimality "
+                        "against data points, log axes")
+    assert lines[start + 1:start + 3] == [
+        f"  open it with:  mlflow ui --backend-store-uri {store}  then",
+        f"  http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}/runs"
+        f"?viewStateShareKey={key}&compareRunsMode=CHART&workflowType=machine_learning"]
+    state = json.loads(experiment.tags[mlflow_view.SHARED_VIEW_TAG + key])
+    assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`dual_gap`", True)
+    [chart] = state["compareRunCharts"]
+    assert chart["selectedMetricKeys"] == ["dual_gap", "suboptimality"]
+    assert (chart["xAxisKey"], chart["xAxisScaleType"], chart["scaleType"]) == (
+        "step", "log", "log")
+    assert [s["uuid"] for s in state["compareRunSections"]] == [chart["metricSectionId"]]
+    assert state["runsHiddenMode"] == "SHOW_ALL"  # MLflow charts its first 10 runs otherwise
+
+
+def test_a_view_charts_what_the_runs_log_and_says_when_they_overflow_a_page(store):
+    client = MlflowClient(store)
+    experiment = client.create_experiment("view-page")
+    parent = client.create_run(experiment, run_name="sweep").info.run_id
+    for i in range(mlflow_view.PAGE_SIZE + 1):
+        run = client.create_run(experiment, run_name=f"a s{i} k1 x",
+                                tags={"mlflow.parentRunId": parent}).info.run_id
+        client.log_metric(run, "objective", 1.0 / (i + 1), step=1)
+    lines = mlflow_view.view_lines(client, experiment, mlflow_view.sweep_filter(parent),
+                                   "the sweep's")
+    assert lines[0] == ("MLflow view of the sweep's 101 runs: objective against data "
+                        "points, log axes")
+    assert lines[-1].startswith("  the chart draws the 100 runs of smallest objective")
+    key = mlflow_view.view_key(mlflow_view.sweep_filter(parent))
+    state = json.loads(client.get_experiment(experiment).tags[mlflow_view.SHARED_VIEW_TAG + key])
+    assert state["compareRunCharts"][0]["selectedMetricKeys"] == ["objective"]
+    assert state["selectedColumns"] == ["metrics.`objective`"]
 
 
 # --------------------------------------------------------------------------- experiment kind

@@ -185,8 +185,8 @@ def test_run_names_say_the_multipliers_and_the_role(sweep):
     _, _, runs, _, _, _ = sweep
     names = [r.info.run_name for r in runs if tune.ROLE_TAG in r.data.tags]
     assert len(set(names)) == len(names)  # every grid point and seed apart
-    assert "exp4mp-breast_cancer-k10-s10-eta_scale=3-tune" in names
-    assert any(n.startswith("sgd-breast_cancer-k10-s0-") and n.endswith("theory")
+    assert "exp4mp s10 eta_scale=3 tune k10 breast_cancer" in names
+    assert any(n.startswith("sgd s0 ") and n.endswith(" theory k10 breast_cancer")
                for n in names)
 
 

@@ -62,6 +62,7 @@ def store_figures(db: Path, started: float) -> tuple[int, float, float]:
              "e.experiment_id where e.name = 'minimax-bench' and r.run_uuid in "
              "(select run_uuid from params where key = 'budget')")
     keys = ("wall_time_s", "checkpoint_time_total_s", "compile_time_s")
+    keys += tuple(f"zz.{key}" for key in keys)  # their MLflow keys (mlflow_names), or older ones
     with sqlite3.connect(db) as con:
         runs = con.execute(f"select run_uuid, start_time from runs where run_uuid in ({sweep})"
                            ).fetchall()

@@ -1,49 +1,45 @@
-"""Checks, in a headless browser, that MLflow's UI shows a sweep readably.
+"""Checks, in headless Chromium, that MLflow's UI shows a sweep for comparing.
 
     python tools/check_mlflow_ui.py                          # a fresh 2 x 2 sweep, about 1 min
     python tools/check_mlflow_ui.py --store paper-results    # its mlflow.db, latest sweep
-    python tools/check_mlflow_ui.py --screenshot shot.png    # default docs/mlflow_runs.png
+    python tools/check_mlflow_ui.py --screenshot shot.png    # default docs/mlflow_compare.png
 
 Without ``--store`` it runs ``minimax-bench --multirun p_player=exp4mp,ru_sgd
-seed=0,1 dataset=breast_cancer budget=20000 progress=false`` in a temporary
-folder (4 runs under one parent; the data set named, so that the screenshot's
-run names do not follow the default's). A given store is copied first and the
-copy is served, so the store itself is never written. It then starts
-``mlflow ui`` on a free port of 127.0.0.1, finds the most recent sweep (the
-parent run tagged ``minimax_bench_sweep``, its children by
-``mlflow.parentRunId``) through ``MlflowClient``, opens pages in headless
-Chromium (``--dump-dom``) and checks:
+seed=0,1 dataset=boston progress=false`` in a temporary folder (4 runs of 1e6
+data points under one parent; the data set named, so that the screenshot's run
+names do not follow the default's) and takes the view URL the sweep prints at
+its end. A given store is copied first and the copy is served, so the store
+itself is never written;
+its most recent sweep (the parent run tagged ``minimax_bench_sweep``, its
+runs by ``mlflow.parentRunId``) gets its view from the tracker's own
+``plugins.tracking.mlflow_view``, written on the copy. It then starts ``mlflow
+ui`` on a free port of 127.0.0.1 and opens pages in headless Chromium, driven
+over its DevTools pipe (``--remote-debugging-pipe``, no other package), each
+page read once what it waits for is there:
 
-* the default runs view ``#/experiments/<id>/runs`` shows the parent run's
-  name (the sweep's runs are folded under it there: MLflow nests child runs
-  while the table is sorted by creation time, its default; folded runs have
-  no curves in the chart view either, which then shows "Model metrics (0)");
-* the runs table of the sweep, ``#/experiments/<id>/runs?searchFilter=
-  tags.`mlflow.parentRunId` = '<parent id>'&orderByKey=metrics.`dual_gap`
-  &orderByAsc=true``, lists every child run as a link to its own run id with
-  its descriptive name (``exp4mp-breast_cancer-k20-s0``): sorted by a metric,
-  the table is flat, no run folded;
-* the chart view of the same table (``&compareRunsMode=CHART``) has a chart
-  titled ``dual_gap`` with plotted traces and a legend entry for every child run;
-* the screenshot (1600 x 1000 PNG) of the whole experiment's runs table,
-  sorted by ``dual_gap``, with the run name column as wide as the runs' names
-  and the columns ``dual_gap``, ``objective`` and ``accuracy`` (``topk_mse``
-  for regression). Column widths are no URL parameter: they come from a
-  shared view, the experiment tag ``mlflow.sharedViewState.<key>`` (written on
-  the served copy) opened with ``?viewStateShareKey=<key>``, so the page shows
-  MLflow's "You're viewing a shared view" banner. The check is that the page
-  lists every child run.
+* the experiment's default runs view ``#/experiments/<id>/runs`` shows the
+  sweep's parent run (its runs are folded under it there);
+* the printed URL (the port of the served UI in place of 5000) shows one
+  chart whose x-axis and y-axis are log (the Plotly graph's own layout), with
+  a curve of each metric of the view for every run of the sweep, and a
+  legend naming each as ``<run name> (<metric>)``, none of them cut;
+* the same view as a table (the URL without ``compareRunsMode=CHART``) names
+  every run by its full name (no name cut by its column) and has the view's
+  metric columns;
+* the screenshot (1600 x 1000 PNG) of the printed URL, taken after closing
+  MLflow's assistant panel as a user does once (it opens by itself on a
+  browser's first visit to a local UI), with the chart in the window.
 
 Prints one ``ok: ...`` line per check and exits 0, or the failures and 1; 2
-when Chromium is missing (``apt-get install chromium``). ``mlflow ui`` is
-always stopped.
+when Chromium is missing (``apt-get install chromium``). ``mlflow ui`` and
+Chromium are always stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
-import html
 import json
 import os
 import re
@@ -58,25 +54,65 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SCREENSHOT = REPO / "docs" / "mlflow_runs.png"
-SWEEP = ("--multirun", "p_player=exp4mp,ru_sgd", "seed=0,1", "dataset=breast_cancer",
-         "budget=20000", "progress=false")
+DEFAULT_SCREENSHOT = REPO / "docs" / "mlflow_compare.png"
+SWEEP = ("--multirun", "p_player=exp4mp,ru_sgd", "seed=0,1", "dataset=boston", "progress=false")
 WINDOW = (1600, 1000)
-# Chromium's --virtual-time-budget: a runs table is there after 15 s of virtual
-# time; the charts of a freshly started server only after about 35 s.
-VIRTUAL_TIME_MS = (15000, 60000)
-SHARE_KEY = "minimax-bench-check"
-SCREENSHOT_METRICS = ("dual_gap", "objective", "accuracy", "topk_mse")  # the first 3 logged
+#: seconds a page may take to show what a check waits for (a fresh server's
+#: first charts take about half a minute on 2 cores)
+PAGE_TIMEOUT = 180.0
+#: where the URLs a tracker prints point: ``mlflow ui``'s default address
+PRINTED_UI = "http://127.0.0.1:5000"
+SHARE_KEY = re.compile(r"viewStateShareKey=([\w.-]+)")
+ASSISTANT_CLOSE = '[data-component-id="mlflow.assistant.chat_panel.close"]'
 # Quiet, fast headless Chromium on a closed network, run as root.
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync")
+
+# Whether an element's text shows whole: its laid-out text does not reach past
+# the first ancestor that clips it (MLflow cuts names with an ellipsis there).
+JS_WHOLE = """function whole(el) {
+  const range = document.createRange(); range.selectNodeContents(el);
+  const text = range.getBoundingClientRect();
+  for (let e = el; e && e !== document.body; e = e.parentElement) {
+    if (getComputedStyle(e).overflowX !== 'visible') {
+      const box = e.getBoundingClientRect();
+      return text.left >= box.left - 0.5 && text.right <= box.right + 0.5;
+    }
+  }
+  return true;
+}"""
+# The links to run pages: [run id, text, shown whole].
+JS_RUN_LINKS = "(() => {" + JS_WHOLE + """
+return Array.from(document.querySelectorAll('a[href*="/runs/"]')).map(a => {
+  const href = a.getAttribute('href');
+  const id = (href.match(/#\\/experiments\\/[^/]+\\/runs\\/([0-9a-f]+)$/) || [])[1];
+  return id ? [id, a.textContent.trim(), whole(a)] : null;
+}).filter(x => x); })()"""
+# Every Plotly graph: its card's title, axis types, curve names, and the texts
+# of its card's legend entries "<name> (<metric>)" with whether each shows whole.
+JS_GRAPHS = "(() => {" + JS_WHOLE + """
+return Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
+  const card = g.closest('[data-testid="experiment-view-compare-runs-card"]') || g.parentElement;
+  const legend = Array.from(card.querySelectorAll('*'))
+    .filter(e => e.children.length === 0 && / \\([^()]+\\)$/.test(e.textContent.trim()))
+    .map(e => [e.textContent.trim(), whole(e)]);
+  const title = card.querySelector('h4[title]');
+  return {title: title ? title.getAttribute('title') : '',
+          x: g._fullLayout ? g._fullLayout.xaxis.type : '',
+          y: g._fullLayout ? g._fullLayout.yaxis.type : '',
+          curves: (g.data || []).filter(d => d.type === 'scatter').length,
+          legend: legend};
+}); })()"""
+# The ids of the runs table's columns (a metric's: metrics.`<key>`).
+JS_COLUMNS = """Array.from(document.querySelectorAll('.ag-header-cell'))
+  .map(e => e.getAttribute('col-id'))"""
 
 
 @dataclass(frozen=True)
@@ -106,15 +142,21 @@ def chromium() -> str | None:
     return shutil.which("chromium")
 
 
-def make_sweep(folder: Path) -> Path:
-    """Runs the small sweep ``SWEEP`` with ``folder`` as working directory and
-    returns its store, ``folder/mlflow.db``."""
+def make_sweep(folder: Path) -> tuple[Path, str]:
+    """Runs the small sweep ``SWEEP`` with ``folder`` as working directory:
+    its store, ``folder/mlflow.db``, and what it printed."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     done = subprocess.run([sys.executable, "-m", "harness", *SWEEP], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"the sweep failed:\n{done.stderr[-3000:]}")
-    return folder / "mlflow.db"
+    return folder / "mlflow.db", done.stdout
+
+
+def printed_view(printed: str) -> str:
+    """The view URL among a sweep's (or a report's) printed lines ("" if none)."""
+    found = [line.strip() for line in printed.splitlines() if SHARE_KEY.search(line)]
+    return found[-1].split()[-1] if found else ""
 
 
 def copy_store(db: Path, folder: Path) -> Path:
@@ -143,6 +185,28 @@ def find_sweep(tracking_uri: str) -> Sweep:
                                   max_results=1000)
     return Sweep(parent.info.experiment_id, parent.info.run_id, parent.info.run_name,
                  {run.info.run_id: run.info.run_name for run in children})
+
+
+def view_of(tracking_uri: str, sweep: Sweep) -> str:
+    """The view URL the tracker prints for ``sweep``, its view written in the store."""
+    sys.path.insert(0, str(REPO))
+    from mlflow.tracking import MlflowClient
+
+    from plugins.tracking import mlflow_view
+
+    lines = mlflow_view.view_lines(MlflowClient(tracking_uri), sweep.experiment_id,
+                                   mlflow_view.sweep_filter(sweep.parent_id), "the sweep's")
+    return printed_view("\n".join(lines))
+
+
+def view_metrics(tracking_uri: str, sweep: Sweep, url: str) -> list[str]:
+    """The metrics the chart of the view at ``url`` draws, as its state in the store says."""
+    from mlflow.tracking import MlflowClient
+
+    key = SHARE_KEY.search(url).group(1)
+    tags = MlflowClient(tracking_uri).get_experiment(sweep.experiment_id).tags
+    state = json.loads(tags.get(f"mlflow.sharedViewState.{key}", "{}"))
+    return [m for chart in state.get("compareRunCharts", []) for m in chart["selectedMetricKeys"]]
 
 
 def free_port() -> int:
@@ -180,7 +244,8 @@ def mlflow_ui(db: Path, timeout: float = 120.0) -> Iterator[str]:
 
 def stop_group(process: subprocess.Popen, timeout: float = 30.0) -> None:
     """SIGTERM to the process group led by ``process`` (``mlflow ui`` with its
-    uvicorn and job workers), SIGKILL to what is left after ``timeout`` s."""
+    uvicorn and job workers, or Chromium), SIGKILL to what is left after
+    ``timeout`` s."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -205,158 +270,182 @@ def _answers(url: str) -> bool:
         return False
 
 
-def browse(url: str, screenshot: Path | None = None, height: int = WINDOW[1],
-           virtual_time_ms: int = VIRTUAL_TIME_MS[0]) -> str:
-    """Opens ``url`` in headless Chromium with a fresh profile: returns the page's
-    DOM, or writes a PNG to ``screenshot`` (and returns "")."""
-    exe = chromium()
-    if exe is None:
-        raise RuntimeError("chromium is not installed: apt-get install chromium")
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        action = f"--screenshot={screenshot}" if screenshot else "--dump-dom"
-        done = subprocess.run(
-            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-             f"--window-size={WINDOW[0]},{height}", f"--virtual-time-budget={virtual_time_ms}",
-             action, url],
-            capture_output=True, text=True, timeout=180)
-    if done.returncode != 0:
-        raise RuntimeError(f"chromium failed on {url}:\n{done.stderr[-2000:]}")
-    return "" if screenshot else done.stdout
-
-
-def settled(url: str, done: Callable[[str], bool], height: int = WINDOW[1],
-            budgets: tuple[int, ...] = VIRTUAL_TIME_MS) -> tuple[str, int]:
-    """The DOM of ``url`` after the first virtual time budget in ``budgets`` for
-    which ``done(dom)`` holds (else after the last), and that budget."""
-    for budget in budgets:
-        dom = browse(url, height=height, virtual_time_ms=budget)
-        if done(dom):
-            break
-    return dom, budget
-
-
-class _RunLinks(HTMLParser):
-    """Collects the text of every link to a run page, by run id."""
+class Browser:
+    """Headless Chromium with a fresh profile, driven over the DevTools protocol
+    on a pipe (file descriptors 3 and 4 of its process): one page, the size of
+    ``WINDOW``."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.links: dict[str, set[str]] = {}
-        self._run: str | None = None
-        self._text: list[str] = []
+        exe = chromium()
+        if exe is None:
+            raise RuntimeError("chromium is not installed: apt-get install chromium")
+        self._profile = tempfile.TemporaryDirectory(prefix="chromium-")
+        to_read, to_browser = os.pipe()
+        from_browser, to_write = os.pipe()
+        self._process = subprocess.Popen(
+            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile.name}",
+             f"--window-size={WINDOW[0]},{WINDOW[1]}", "--remote-debugging-pipe",
+             "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(3, 4), preexec_fn=lambda: _as_fds_3_and_4(to_read, to_write),
+            start_new_session=True)
+        os.close(to_read)
+        os.close(to_write)
+        self._send_to = os.fdopen(to_browser, "wb", buffering=0)
+        self._receive = os.fdopen(from_browser, "rb", buffering=0)
+        self._buffer, self._last_id, self._session = b"", 0, None
+        page = next(t for t in self.command("Target.getTargets")["targetInfos"]
+                    if t["type"] == "page")
+        self._session = self.command("Target.attachToTarget", targetId=page["targetId"],
+                                     flatten=True)["sessionId"]
+        self.command("Emulation.setDeviceMetricsOverride", width=WINDOW[0], height=WINDOW[1],
+                     deviceScaleFactor=1, mobile=False)
 
-    def handle_starttag(self, tag, attrs):
-        href = dict(attrs).get("href") or ""
-        found = re.fullmatch(r"#/experiments/[^/]+/runs/([0-9a-f]+)", href)
-        if tag == "a" and found:
-            self._run, self._text = found.group(1), []
+    def __enter__(self) -> Browser:
+        return self
 
-    def handle_data(self, data):
-        if self._run:
-            self._text.append(data)
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            self.command("Browser.close")
+        self._send_to.close()
+        self._receive.close()
+        stop_group(self._process, timeout=10.0)
+        self._profile.cleanup()
 
-    def handle_endtag(self, tag):
-        if tag == "a" and self._run:
-            self.links.setdefault(self._run, set()).add("".join(self._text).strip())
-            self._run = None
+    def command(self, method: str, **params: Any) -> dict:
+        """Send one DevTools command (to the page once attached) and return its result."""
+        self._last_id += 1
+        message = {"id": self._last_id, "method": method, "params": params}
+        if self._session and not method.startswith(("Target.", "Browser.")):
+            message["sessionId"] = self._session
+        self._send_to.write(json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buffer:
+                chunk = self._receive.read(1 << 16)
+                if not chunk:
+                    raise RuntimeError("chromium closed its DevTools pipe")
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._last_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+
+    def open(self, url: str) -> None:
+        """Load ``url`` afresh (through a blank page: no element of the page
+        before can answer a wait)."""
+        self.command("Page.navigate", url="about:blank")
+        self.wait("document.readyState === 'complete' && location.href === 'about:blank'", 30)
+        self.command("Page.navigate", url=url)
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression on the page."""
+        reply = self.command("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in reply:
+            raise RuntimeError(f"script failed: {reply['exceptionDetails']}")
+        return reply["result"].get("value")
+
+    def wait(self, expression: str, timeout: float = PAGE_TIMEOUT) -> Any:
+        """The first true value of ``expression``, polled every half second (the
+        last value after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value or time.monotonic() > deadline:
+                return value
+            time.sleep(0.5)
+
+    def screenshot(self, path: Path) -> None:
+        data = self.command("Page.captureScreenshot", format="png")["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
 
 
-def run_links(dom: str) -> dict[str, set[str]]:
-    """Run id -> the texts of the links to that run's page in ``dom``."""
-    parser = _RunLinks()
-    parser.feed(dom)
-    return parser.links
+def _as_fds_3_and_4(read_end: int, write_end: int) -> None:
+    """In Chromium's process before it starts: the pipe ends as fds 3 and 4."""
+    read_end, write_end = os.dup(read_end), os.dup(write_end)  # clear of 3 and 4
+    os.dup2(read_end, 3)
+    os.dup2(write_end, 4)
 
 
-def unnamed(dom: str, runs: dict[str, str]) -> list[str]:
-    """The names of ``runs`` (run id -> name) that no link to their run shows in ``dom``."""
-    links = run_links(dom)
-    return [name for run_id, name in runs.items() if name not in links.get(run_id, set())]
+def run_links(browser: Browser) -> dict[str, list[tuple[str, bool]]]:
+    """Run id -> (text, shown whole) of each link to that run's page."""
+    links: dict[str, list[tuple[str, bool]]] = {}
+    for run_id, text, whole in browser.evaluate(JS_RUN_LINKS):
+        links.setdefault(run_id, []).append((text, whole))
+    return links
+
+
+def named(links: dict[str, list[tuple[str, bool]]], runs: dict[str, str],
+          whole: bool = False) -> list[str]:
+    """The names of ``runs`` (run id -> name) that a link to their run shows (in full)."""
+    return [name for run_id, name in runs.items()
+            if any(text == name and (shown or not whole) for text, shown in links.get(run_id, []))]
 
 
 def runs_view_url(base: str, sweep: Sweep) -> str:
     return f"{base}/#/experiments/{sweep.experiment_id}/runs"
 
 
-def sweep_table_url(base: str, sweep: Sweep, mode: str = "") -> str:
-    """The runs table of the sweep's children, sorted by ``dual_gap`` (flat)."""
-    query = {"searchFilter": f"tags.`mlflow.parentRunId` = '{sweep.parent_id}'",
-             "orderByKey": "metrics.`dual_gap`", "orderByAsc": "true"}
-    if mode:
-        query["compareRunsMode"] = mode
-    encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
-    return f"{runs_view_url(base, sweep)}?{encoded}"
-
-
-def _height(rows: int) -> int:
-    # the grid renders only rows near the viewport: make room for all of them
-    return max(WINDOW[1], 400 + 45 * rows)
-
-
-def check_default_view(base: str, sweep: Sweep) -> Check:
+def check_default_view(browser: Browser, base: str, sweep: Sweep) -> Check:
     url = runs_view_url(base, sweep)
     parent = {sweep.parent_id: sweep.parent_name}
-    dom, _ = settled(url, lambda dom: not unnamed(dom, parent))
-    missing = unnamed(dom, parent)
-    shown = sum(run_id in run_links(dom) for run_id in sweep.children)
-    if missing:
+    browser.open(url)
+    browser.wait(f"({JS_RUN_LINKS}).some(l => l[0] === {json.dumps(sweep.parent_id)})")
+    links = run_links(browser)
+    if not named(links, parent):
         return Check("default runs view", False,
                      f"no link named {sweep.parent_name!r} to the sweep's parent run", url)
+    shown = sum(run_id in links for run_id in sweep.children)
     return Check("default runs view", True,
                  f"shows the sweep {sweep.parent_name!r}, "
                  f"{shown} of its {len(sweep.children)} runs unfolded", url)
 
 
-def check_run_names(base: str, sweep: Sweep) -> Check:
-    url = sweep_table_url(base, sweep)
-    dom, _ = settled(url, lambda dom: not unnamed(dom, sweep.children),
-                     height=_height(len(sweep.children)))
-    missing = unnamed(dom, sweep.children)
-    if not sweep.children or missing:
-        detail = (f"missing {missing}" if missing else "the sweep has no runs")
-        return Check("run names in the runs table", False, detail, url)
-    names = sorted(sweep.children.values())
-    return Check("run names in the runs table", True,
-                 f"all {len(names)} runs of the sweep by name ({', '.join(names[:4])}"
-                 f"{', ...' if len(names) > 4 else ''})", url)
+def check_view_chart(browser: Browser, url: str, sweep: Sweep, metrics: list[str]) -> Check:
+    """One chart of ``metrics``, log axes, every run in the legend by its full name."""
+    expected = {f"{name} ({metric})" for name in sweep.children.values() for metric in metrics}
+    browser.open(url)
+    found = json.dumps(sorted(expected))
+    browser.wait(f"({JS_GRAPHS}).some(g => {found}.every(e => g.legend.some(l => l[0] === e)))")
+    graphs = browser.evaluate(JS_GRAPHS)
+    chart = next((g for g in graphs if expected <= {text for text, _ in g["legend"]}), None)
+    if not metrics or chart is None:
+        seen = sorted({text for g in graphs for text, _ in g["legend"]})
+        return Check("the view's chart", False,
+                     f"no chart with a legend entry for each of {sorted(expected)}: {seen}", url)
+    cut = sorted(text for text, whole in chart["legend"] if text in expected and not whole)
+    problems = ([f"x-axis {chart['x']}"] * (chart["x"] != "log")
+                + [f"y-axis {chart['y']}"] * (chart["y"] != "log")
+                + [f"{chart['curves']} curves for {len(expected)}"]
+                * (chart["curves"] < len(expected))
+                + [f"legend entries cut: {cut}"] * bool(cut))
+    if problems:
+        return Check("the view's chart", False, "; ".join(problems), url)
+    return Check("the view's chart", True,
+                 f"{chart['title']!r}: x and y axes log, {chart['curves']} curves, every run "
+                 f"of the sweep in the legend by its full name ({len(expected)} entries)", url)
 
 
-def dual_gap_chart(dom: str) -> str:
-    """The part of ``dom`` from the chart title ``dual_gap`` to the next chart's
-    title ("" if no chart has that title)."""
-    start = re.search(r'<h4[^>]*title="dual_gap"', dom)
-    if not start:
-        return ""
-    following = re.compile(r"<h4[^>]*title=").search(dom, start.end())
-    return dom[start.start():following.start() if following else len(dom)]
-
-
-def check_dual_gap_chart(base: str, sweep: Sweep) -> Check:
-    url = sweep_table_url(base, sweep, mode="CHART")
-    dom, _ = settled(url, dual_gap_chart, height=2400, budgets=VIRTUAL_TIME_MS[-1:])
-    chart = dual_gap_chart(dom)
-    if not chart:
-        return Check("dual_gap chart", False, "no chart titled dual_gap", url)
-    legend = {html.unescape(text) for text in re.findall(r">([^<>]*) \(dual_gap\)<", chart)}
-    missing = [name for name in sweep.children.values() if name not in legend]
-    traces = chart.count('class="trace scatter')
-    if missing or not traces:
-        return Check("dual_gap chart", False,
-                     f"{traces} plotted traces; runs missing from its legend: {missing}", url)
-    return Check("dual_gap chart", True,
-                 f"titled dual_gap, {traces} plotted traces, every run of the sweep in its legend",
-                 url)
-
-
-def shared_view(sweep: Sweep, metrics: list[str]) -> dict:
-    """MLflow's shared view state for the screenshot: sorted by ``dual_gap``,
-    the run name column wide enough for the names, the given metric columns."""
-    name = "attributes.`Run Name`"
-    columns = [f"metrics.`{m}`" for m in metrics]
-    longest = max(map(len, sweep.children.values()), default=20)
-    widths = {name: min(400, 60 + 8 * longest), "runDateAndNestInfo": 150, "duration": 80,
-              **{column: 115 for column in columns}}
-    return {"orderByKey": "metrics.`dual_gap`", "orderByAsc": True,
-            "selectedColumns": columns, "columnOrder": list(widths), "columnWidths": widths}
+def check_view_table(browser: Browser, url: str, sweep: Sweep, metrics: list[str]) -> Check:
+    """The view as a table: every run by its full name, the metric columns."""
+    url = url.replace("&compareRunsMode=CHART", "")
+    browser.open(url)
+    ids = json.dumps(sorted(sweep.children))
+    browser.wait(f"{ids}.every(id => ({JS_RUN_LINKS}).some(l => l[0] === id && l[2]))", 60)
+    links = run_links(browser)
+    whole = named(links, sweep.children, whole=True)
+    missing = [name for name in sweep.children.values() if name not in whole]
+    shown = browser.evaluate(JS_COLUMNS)
+    columns = [m for m in metrics if f"metrics.`{m}`" not in shown]
+    if missing or columns:
+        return Check("the view's table", False,
+                     f"runs not named in full: {missing}; metric columns missing: {columns}", url)
+    return Check("the view's table", True,
+                 f"all {len(whole)} runs by their full names "
+                 f"({', '.join(sorted(whole)[:4])}{', ...' if len(whole) > 4 else ''}), "
+                 f"columns {', '.join(metrics)}", url)
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -368,51 +457,60 @@ def png_size(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def take_screenshot(base: str, sweep: Sweep, tracking_uri: str, path: Path) -> Check:
-    """Writes the shared view (tag on the served store) and screenshots it."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri)
-    logged = set()
-    for run_id in sweep.children:
-        logged |= set(client.get_run(run_id).data.metrics)
-    metrics = [m for m in SCREENSHOT_METRICS if m in logged][:3]
-    client.set_experiment_tag(sweep.experiment_id, f"mlflow.sharedViewState.{SHARE_KEY}",
-                              json.dumps(shared_view(sweep, metrics)))
-    url = f"{runs_view_url(base, sweep)}?viewStateShareKey={SHARE_KEY}"
-    dom, budget = settled(url, lambda dom: not unnamed(dom, sweep.children))
-    missing = unnamed(dom, sweep.children)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    browse(url, screenshot=path, virtual_time_ms=budget)
+def take_screenshot(browser: Browser, url: str, sweep: Sweep, metrics: list[str],
+                    path: Path) -> Check:
+    """The printed URL after closing the assistant panel, the chart in the window."""
+    expected = json.dumps(sorted(f"{n} ({m})" for n in sweep.children.values() for m in metrics))
+    browser.open(url)
+    browser.wait(f"({JS_GRAPHS}).some(g => {expected}.every(e => g.legend.some(l => l[0] === e)))")
+    closed = browser.evaluate(f"(() => {{ const b = document.querySelector({ASSISTANT_CLOSE!r});"
+                              f" if (b) b.click(); return Boolean(b); }})()")
+    browser.wait(f"!document.querySelector({ASSISTANT_CLOSE!r})", 10)
+    time.sleep(2)  # the chart widens into the room the panel leaves
+    in_window = browser.evaluate(
+        "(() => { const g = document.querySelector('.js-plotly-plot');"
+        " if (!g) return false; const r = g.getBoundingClientRect();"
+        f" return r.top >= 0 && r.bottom <= {WINDOW[1]} && r.right <= {WINDOW[0]}; }})()")
+    panel = browser.evaluate(f"Boolean(document.querySelector({ASSISTANT_CLOSE!r}))")
+    browser.screenshot(path)
     size = png_size(path)
-    if missing or size != WINDOW:
+    if size != WINDOW or panel or not in_window:
         return Check("screenshot", False,
-                     f"{path}: {size[0]}x{size[1]}; runs not named on the page: {missing}", url)
+                     f"{path}: {size[0]}x{size[1]}, assistant panel "
+                     f"{'open' if panel else 'closed'}, chart in the window: {in_window}", url)
     return Check("screenshot", True,
-                 f"{path} ({size[0]}x{size[1]}, {path.stat().st_size // 1024} KB), "
-                 f"sorted by dual_gap, columns {', '.join(metrics)}", url)
+                 f"{path} ({size[0]}x{size[1]}, {path.stat().st_size // 1024} KB): the view's "
+                 f"chart, the assistant panel {'closed' if closed else 'never opened'}", url)
 
 
 def run_checks(store: Path | None, screenshot: Path | None, folder: Path) -> list[Check]:
     """Every check on the latest sweep of ``store`` (a folder holding
     ``mlflow.db``, or the file; None: a fresh sweep in ``folder``)."""
     if store is None:
-        db = make_sweep(folder)
+        db, printed = make_sweep(folder)
     else:
         source = store / "mlflow.db" if store.is_dir() else store
         if not source.is_file():
             raise RuntimeError(f"no MLflow store at {source}")
-        db = copy_store(source, folder)
+        db, printed = copy_store(source, folder), ""
     tracking_uri = f"sqlite:///{db}"
     try:
         sweep = find_sweep(tracking_uri)
     except RuntimeError as err:
         raise RuntimeError(f"{err} (a copy of {store})" if store else str(err)) from err
-    with mlflow_ui(db) as base:
-        checks = [check_default_view(base, sweep), check_run_names(base, sweep),
-                  check_dual_gap_chart(base, sweep)]
+    url = printed_view(printed) if store is None else view_of(tracking_uri, sweep)
+    if not url.startswith(PRINTED_UI):
+        raise RuntimeError(f"the sweep printed no view URL on {PRINTED_UI}:\n{printed[-2000:]}")
+    metrics = view_metrics(tracking_uri, sweep, url)
+    with mlflow_ui(db) as base, Browser() as browser:
+        url = base + url[len(PRINTED_UI):]
+        checks = [check_default_view(browser, base, sweep),
+                  check_view_chart(browser, url, sweep, metrics),
+                  check_view_table(browser, url, sweep, metrics)]
         if screenshot is not None:
-            checks.append(take_screenshot(base, sweep, tracking_uri, screenshot))
+            checks.append(take_screenshot(browser, url, sweep, metrics, screenshot))
+    if "dual_gap" not in metrics:
+        checks.append(Check("the view's metrics", False, f"no dual_gap in {metrics}", url))
     return checks
 
 
@@ -423,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path,
                         help="folder holding mlflow.db, or the .db file (default: a fresh sweep)")
     parser.add_argument("--screenshot", type=Path, default=DEFAULT_SCREENSHOT,
-                        help="PNG of the runs table (default docs/mlflow_runs.png)")
+                        help="PNG of the view (default docs/mlflow_compare.png)")
     parser.add_argument("--no-screenshot", action="store_true", help="skip the screenshot")
     args = parser.parse_args(argv)
     if chromium() is None:

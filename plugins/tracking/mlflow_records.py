@@ -8,7 +8,10 @@ record (the parent run ``plugins.tracking.mlflow_sweeps`` made: tag ``SWEEP_TAG`
 its overrides, its artifacts such as a tuning sweep's ``tuning.json``).
 ``save_report`` logs the report's files as artifacts of the sweep's parent run
 (``report/``), or of a summary run (tag ``REPORT_TAG``) when the report
-covers more than one sweep; summary runs are not read back.
+covers more than one sweep; summary runs are not read back. ``view_lines``
+writes the view of the reported runs in MLflow's UI and says how to open it
+(``mlflow_view``). Metric histories go by the core's names
+(``mlflow_names``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import numpy as np
 
 import harness
 from harness.runs import History, RunRecord
-from plugins.tracking import mlflow_store
+from plugins.tracking import mlflow_store, mlflow_view
+from plugins.tracking.mlflow_names import core_name
 from plugins.tracking.mlflow_sweeps import OVERRIDES_TAG, SWEEP_TAG
 
 #: the tag of a report's summary run
@@ -69,17 +73,19 @@ def _record(client, run) -> RunRecord:
 
 
 class _Histories(Mapping[str, History]):
-    """A run's metric histories, each read from the store when first asked for."""
+    """A run's metric histories by the core's names (``mlflow_names``), each read
+    from the store when first asked for."""
 
     def __init__(self, client, run_id: str, keys: list[str]) -> None:
-        self._client, self._run_id, self._keys = client, run_id, keys
+        self._client, self._run_id = client, run_id
+        self._keys = {core_name(key): key for key in keys}  # the core's names: MLflow keys
         self._read: dict[str, History] = {}
 
     def __getitem__(self, key: str) -> History:
         if key not in self._keys:
             raise KeyError(key)
         if key not in self._read:
-            history = sorted(self._client.get_metric_history(self._run_id, key),
+            history = sorted(self._client.get_metric_history(self._run_id, self._keys[key]),
                              key=lambda m: m.step)
             self._read[key] = (np.array([m.step for m in history], dtype=float),
                                np.array([m.value for m in history], dtype=float))
@@ -134,3 +140,22 @@ def save_report(source: str | None, experiment: str, sweep: str | None,
         client.log_artifact(run.info.run_id, str(path))
     client.set_terminated(run.info.run_id)
     return f"logged as artifacts of run {run.info.run_id} in experiment {experiment!r}"
+
+
+@harness.hookimpl
+def view_lines(source: str | None, experiment: str, sweep: str | None,
+               query: str) -> list[str] | None:
+    """The URL of the reported runs side by side in MLflow's UI
+    (``mlflow_view``): the sweep's runs, or every game run (tag ``algorithm``),
+    narrowed by ``query``."""
+    client = _client(source)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    scope = mlflow_view.sweep_filter(sweep) if sweep else "tags.algorithm LIKE '%'"
+    whose = "the sweep's" if sweep else "the experiment's"
+    try:
+        return mlflow_view.view_lines(client, found.experiment_id,
+                                      f"{scope} and {query}" if query else scope, whose)
+    except Exception as err:  # noqa: BLE001 - a store that takes no tag: the report stands
+        return [f"no MLflow view of the reported runs ({err!r})"]

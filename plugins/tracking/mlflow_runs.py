@@ -3,7 +3,7 @@
 Config (``tracking`` in ``conf/config.yaml``, ``mlflow_store.PARAMS``):
 ``enabled``, ``uri`` (default ``sqlite:///mlflow.db`` in the working
 directory, or ``$MLFLOW_TRACKING_URI``), ``experiment``, ``run_name`` (None:
-``<algorithm>-<dataset>-k<k>-s<seed>``). Metrics are logged in one batch per
+``<algorithm> s<seed> k<k> <dataset>``). Metrics are logged in one batch per
 checkpoint with ``step`` = data points processed. Every experiment it creates
 or files runs in is tagged a model-training experiment
 (``mlflow.experimentKind``: MLflow 3's UI opens an experiment without a kind on
@@ -38,6 +38,7 @@ import harness
 from harness import ConfigError, state, tune
 from harness.params import validate
 from plugins.tracking import mlflow_pending, mlflow_store
+from plugins.tracking.mlflow_names import core_name, logged_name
 from plugins.tracking.mlflow_store import PARAMS
 from plugins.tracking.mlflow_sweeps import run_experiment
 
@@ -79,23 +80,27 @@ def _settings(context) -> dict[str, Any] | None:
     return values if values["enabled"] else None
 
 
-#: a tuning sweep's roles as they end a run name
+#: a tuning sweep's roles as a run name says them
 ROLE_NAMES = {"tune": "tune", "theory": "theory", "tuned": "tuned", "both": "theory=tuned"}
 
 
 def run_name(context, role: str | None = None) -> str:
-    """``<algorithm>-<dataset>-k<k>-s<seed>``: the p-player of the game (or the
-    whole-algorithm solver), the data set, the set's k and the seed; then each
-    step-size multiplier that is not 1 (``-eta_scale=3``) and the run's role in
-    a tuning sweep (``-tune``, ``-theory``, ``-tuned``, ``-theory=tuned``)."""
+    """``<algorithm> s<seed> k<k> <dataset>`` (``exp4mp s0 k20 breast_cancer``):
+    the p-player of the game (or the whole-algorithm solver) and the seed
+    first, then each step-size multiplier that is not 1 (``eta_scale=3``) and
+    the run's role in a tuning sweep (``tune``, ``theory``, ``tuned``,
+    ``theory=tuned``), then the set's k and the data set. MLflow's runs table
+    shows about 21 characters of a name: what tells a sweep's runs apart comes
+    first, and a long data set name is cut last."""
     tags = context.tags
     scales = [f"{key.rsplit('.', 1)[-1]}={float(value):.3g}"
               for key, value in sorted(context.params.items())
               if key.split(".", 1)[0] in tune.ALGORITHM_KEYS and key.endswith("_scale")
               and isinstance(value, int | float) and not isinstance(value, bool)
               and float(value) != 1.0]
-    return "-".join([tags["algorithm"], tags["dataset"], f"k{context.parts.constraint.k}",
-                     f"s{tags['seed']}", *scales] + ([ROLE_NAMES[role]] if role else []))
+    return " ".join([tags["algorithm"], f"s{tags['seed']}", *scales,
+                     *([ROLE_NAMES[role]] if role else []),
+                     f"k{context.parts.constraint.k}", tags["dataset"]])
 
 
 #: the run tag holding the key of its composed config (``request_key``)
@@ -163,7 +168,7 @@ def _refuse_finished(settings: dict[str, Any], tag: str, key: str) -> None:
     if found:
         run = found[0]
         raise AlreadyFinished(run.info.run_id, experiment_id, client.tracking_uri,
-                              run.data.metrics)
+                              {core_name(k): v for k, v in run.data.metrics.items()})
 
 
 @harness.hookimpl
@@ -252,7 +257,7 @@ def on_checkpoint(context, step: int, metrics: Mapping[str, float]):
     if handle is None or step <= handle.get("logged_through", -1):
         return
     record = {"step": int(step), "timestamp": int(time.time() * 1000),
-              "metrics": {k: float(v) for k, v in metrics.items()}}
+              "metrics": {logged_name(k): float(v) for k, v in metrics.items()}}
     mlflow_pending.send(context, handle, record, every=handle["send_every_s"])
 
 

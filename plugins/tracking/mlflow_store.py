@@ -36,7 +36,7 @@ PARAMS: dict[str, Param] = {
     "experiment": Param(str, default=DEFAULT_EXPERIMENT, nullable=True,
                         doc="experiment name"),
     "run_name": Param(str, nullable=True,
-                      doc="run name; None: <algorithm>-<dataset>-k<k>-s<seed>"),
+                      doc="run name; None: <algorithm> s<seed> k<k> <dataset>"),
     "send_every_s": Param(float, default=10.0, low=0.0,
                           doc="checkpoints are journalled to disk as they happen and sent "
                               "to the store in batches: when the oldest unsent one is this "

@@ -10,7 +10,8 @@ system) files its run under them (``sweep_record``, read at run start by
 would race and could drop runs into the Default experiment. The parent run is
 named after the sweep's preset or its swept overrides (``sweep_name``) and
 tagged ``SWEEP_TAG``; ``on_sweep_end`` closes it, with a tuning sweep's
-record (``harness.tune``) on it.
+record (``harness.tune``) on it, and prints the URL of the sweep's runs side
+by side in MLflow's UI (``plugins.tracking.mlflow_view``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import atexit
 import contextlib
 import hashlib
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +31,7 @@ from omegaconf import OmegaConf
 import harness
 from harness import tune
 from harness.params import validate
-from plugins.tracking import mlflow_store
+from plugins.tracking import mlflow_store, mlflow_view
 
 SWEEP_FILE = "sweep.json"
 #: the tag of a sweep's parent run
@@ -189,7 +191,9 @@ def _abandon() -> None:
 
 @harness.hookimpl
 def on_sweep_end(config) -> None:
-    """Close the parent run; a tuning sweep's ``tuning.json`` goes onto it first."""
+    """Close the parent run (a tuning sweep's ``tuning.json`` goes onto it
+    first), then print the URL of the view of the sweep's runs side by side
+    (``mlflow_view``)."""
     path = Path(config.hydra.sweep.dir) / SWEEP_FILE
     if not path.is_file():
         return
@@ -205,3 +209,10 @@ def on_sweep_end(config) -> None:
         client.set_tag(parent, "tuning_grid", ", ".join(f"{m:.6g}" for m in found["grid"]))
     client.set_terminated(parent)
     _OPEN.clear()
+    try:
+        lines = mlflow_view.view_lines(client, record["experiment_id"],
+                                       mlflow_view.sweep_filter(parent), "the sweep's")
+    except Exception as err:  # noqa: BLE001 - the sweep is recorded; only its view is missing
+        print(f"minimax-bench: no MLflow view of the sweep's runs ({err!r}).", file=sys.stderr)
+        return
+    print("\n".join(lines))
