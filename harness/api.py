@@ -49,11 +49,11 @@ RUN_SWITCHES: dict[str, Param] = {
 }
 
 
-#: seconds of a run between two saves of its state (at a checkpoint): an
-#: interrupted run resumes from its last save and replays at most about this
-#: much, to the same numbers; a run of a second or less saves none (a save
-#: costs about a millisecond: at each of its checkpoints, a short run's
-#: saves would take a quarter of its time)
+#: least seconds of a run between two saves of its state, each at a checkpoint
+#: (the first checkpoint always saves, so a resumed run continues the same
+#: tracked run): an interrupted run resumes from its last save and replays
+#: from there, to the same numbers. A save costs about a millisecond: at each
+#: of its checkpoints, a short run's saves would take a quarter of its time
 SAVE_EVERY_S = 1.0
 
 
@@ -311,7 +311,7 @@ def play(prepared: Prepared, progress: Callable[[int], None] | None = None) -> d
         context.state["resume"] = saved["resume"]
 
     saving = [True]
-    last_save = [time.monotonic()]
+    last_save = [-math.inf]  # the first checkpoint saves: a resumed run takes its run over
 
     def checkpoint(step: int, metrics: dict[str, float]) -> None:
         hook.on_checkpoint(context=context, step=step, metrics=metrics)

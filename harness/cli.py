@@ -86,18 +86,18 @@ def plugin_lines(prepared: Prepared, status: str,
 def interrupted(prepared: Prepared) -> str:
     """The notice of an interrupted run, with the plugins' ``summary_lines``."""
     metrics = prepared.game.state.last_metrics if prepared.game is not None else {}
-    saved = prepared.state_file is not None and prepared.state_file.is_file()
+    # this run's last save, or the state it resumed from (a stale file of an
+    # earlier run is not this run's)
+    at = prepared.saved_round if prepared.saved_round is not None else prepared.resumed_from
+    saved = at is not None and prepared.state_file is not None and prepared.state_file.is_file()
     if saved:
-        at = prepared.saved_round if prepared.saved_round is not None else \
-            prepared.resumed_from  # (a resumed run interrupted before its own first save)
         text = (f"minimax-bench: interrupted at round {prepared.context.parts.rounds:,}; its "
                 f"state at round {at:,} (its last save, at a checkpoint) is saved: run the "
                 "same command with resume=true to continue")
     elif prepared.state_file is None:
         text = "minimax-bench: interrupted; no state is saved (state_dir=null): it cannot resume"
     else:
-        text = ("minimax-bench: interrupted before its state was first saved (a second into "
-                "the game, at a checkpoint); nothing is saved to "
+        text = ("minimax-bench: interrupted before its first checkpoint; nothing is saved to "
                 "resume from: run the same command again")
     for label, line in plugin_lines(prepared, "KILLED", metrics):
         text += f"; {label} {line}" if label else f"; {line}"
@@ -124,7 +124,7 @@ def run_task(cfg: DictConfig, *, failures: bool = False) -> dict[str, float]:
     except RunSkipped as skipped:  # found before anything was prepared
         print(f"minimax-bench: {skipped}")
         return dict(skipped.metrics)
-    except ConfigError as err:
+    except (ConfigError, SetupError) as err:  # (a plugin's before_prepare may set up too)
         print(f"minimax-bench: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:  # (compiling kernels can take half a minute on a first use)

@@ -222,11 +222,11 @@ def test_interrupted_runs_resume_to_identical_numbers(tmp_path):
 
 
 @pytest.mark.parametrize("every", [0.0, 3600.0])
-def test_the_state_is_saved_once_a_second_and_an_unsaved_run_replays(tmp_path, monkeypatch,
-                                                                      every):
-    # every=0: a save at each checkpoint; every=3600: none in this short run,
-    # so an interrupt leaves nothing to resume from and resume=true plays the
-    # run again from its start to the uninterrupted numbers
+def test_the_state_is_saved_at_the_first_checkpoint_then_once_a_second(tmp_path, monkeypatch,
+                                                                        every):
+    # every=0: a save at each checkpoint; every=3600: at the first checkpoint
+    # only, so an interrupt resumes from there (the same tracked run, its
+    # checkpoints logged once) to the uninterrupted numbers
     from harness import api, state
 
     monkeypatch.setattr(api, "SAVE_EVERY_S", every)
@@ -237,14 +237,24 @@ def test_the_state_is_saved_once_a_second_and_an_unsaved_run_replays(tmp_path, m
     reference = untimed(harness.run(_cfg(tmp_path, resume=False, tracking={"enabled": False}),
                                     plugins=[Faulty()]))
     n_checkpoints = len(_checkpoint_rounds(_cfg(tmp_path)))
-    assert len(saves) == (n_checkpoints if every == 0.0 else 0)
-    cfg = _cfg(tmp_path, tracking={"enabled": False})
+    assert len(saves) == (n_checkpoints if every == 0.0 else 1)
+    cfg = _cfg(tmp_path, tracking={"enabled": True, "uri": f"sqlite:///{tmp_path}/m.db",
+                                   "experiment": "saves"})
     Flaky.calls, Flaky.fail_at = 0, 3000
     with pytest.raises(KeyboardInterrupt):
         harness.run(cfg, plugins=[Faulty()])
-    assert bool(list((tmp_path / "state").glob("state-*.pkl"))) == (every == 0.0)
+    (saved,) = (tmp_path / "state").glob("state-*.pkl")
     Flaky.calls, Flaky.fail_at = 0, None
-    assert untimed(harness.run(cfg, plugins=[Faulty()])) == reference
+    prep = harness.prepare(cfg, _registry())
+    assert untimed(harness.play(prep)) == reference
+    first = _checkpoint_rounds(cfg)[0]
+    assert prep.resumed_from == (first if every else max(r for r in _checkpoint_rounds(cfg)
+                                                          if r < 3000))
+    client = _client(f"sqlite:///{tmp_path}/m.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("saves").experiment_id])
+    steps = _steps(client, run.info.run_id)
+    assert run.info.status == "FINISHED" and steps == sorted(set(steps)) and steps[-1] == 20_000
+    assert not saved.exists()
 
 
 def test_a_component_whose_state_version_changed_starts_afresh(tmp_path, monkeypatch):
@@ -646,6 +656,54 @@ def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path, every):
     finally:
         server.stop()
     assert events[0] == "down after checkpoint 3" and events[1] == "up after checkpoint 6"
+
+
+def test_through_the_helper_a_failed_last_batch_keeps_the_journal_and_the_run_open(
+        tmp_path, monkeypatch, capfd):
+    # the command's path: the run's last batch and its status go to the helper
+    # process without waiting; the server is gone by then, so the helper's
+    # answer (read when it is closed) says so: the run is not marked FINISHED
+    # ahead of its checkpoints, the journal keeps every record, and a replay
+    # once the server is back sends them all
+    from plugins.tracking import mlflow_worker
+
+    server = Server(tmp_path)
+    server.start()
+    helper = mlflow_worker.start(mlflow_worker.HTTP_DEFAULTS)
+    monkeypatch.setattr(mlflow_worker, "_STARTED", [helper])
+
+    class DownAtTheEnd:
+        count = 0
+
+        @harness.hookimpl(trylast=True)
+        def on_checkpoint(self, context, step, metrics):
+            DownAtTheEnd.count += 1
+            if DownAtTheEnd.count == len(context.parts.checkpoints):
+                server.stop()
+
+    Flaky.calls, Flaky.fail_at = 0, None
+    cfg = _cfg(tmp_path, resume=False, tracking={"enabled": True, "uri": server.uri,
+                                                 "experiment": "cast", "send_every_s": 3600.0})
+    try:
+        metrics = harness.run(cfg, plugins=[Faulty(), DownAtTheEnd()])
+        (journal,) = (tmp_path / "state").glob("pending-*.jsonl")  # not yet answered
+        helper.close()
+        assert "did not take the last records" in capfd.readouterr().err
+        records = pending_records.read_records(journal)
+        assert len(records) == DownAtTheEnd.count + 1 and records[-1]["status"] == "FINISHED"
+        server.start()
+        client = _client(server.uri)
+        (run,) = client.search_runs([client.get_experiment_by_name("cast").experiment_id])
+        assert run.info.status == "RUNNING" and _steps(client, run.info.run_id) == []
+        assert pending_records.replay(journal) == len(records)
+        run = client.get_run(run.info.run_id)
+        history = client.get_metric_history(run.info.run_id, "dual_gap")
+        assert run.info.status == "FINISHED" and len(history) == DownAtTheEnd.count
+        assert max(history, key=lambda m: m.step).value == metrics["dual_gap"]
+        assert not journal.exists()
+    finally:
+        helper.close()
+        server.stop()
 
 
 def test_resume_sends_what_the_interrupted_run_buffered(tmp_path):

@@ -232,3 +232,19 @@ def test_casts_of_a_helper_that_dies_fail(tmp_path):
     other.proc.stdout = __import__("io").BufferedReader(__import__("io").BytesIO(b"junk"))
     other.close()
     assert answers == [True, False]  # its answer never came: reported failed
+
+
+def test_a_sequence_stops_at_its_first_failing_call(tmp_path, helper):
+    # a run's final status never goes out ahead of a checkpoint batch that failed
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow_worker.RemoteClient(helper, uri)
+    run_id = client.create_run(client.create_experiment("seq")).info.run_id
+    answers: list[tuple[bool, object]] = []
+    calls = [("log_batch", ("0" * 32,), {"metrics": [("gap", 0.5, 1, 3)]}),
+             ("set_terminated", (run_id,), {})]
+    client.cast(lambda ok, value: answers.append((ok, value)), mlflow_worker.SEQUENCE, calls)
+    assert client.get_run(run_id).info.status == "RUNNING"
+    assert answers and answers[0][0] is False
+    client.cast(lambda ok, value: answers.append((ok, value)), mlflow_worker.SEQUENCE,
+                [("log_batch", (run_id,), {"metrics": [("gap", 0.5, 1, 3)]}), calls[1]])
+    assert client.get_run(run_id).info.status == "FINISHED" and answers[1] == (True, 2)

@@ -37,14 +37,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from plugins.tracking import mlflow_store
+from plugins.tracking import mlflow_store, mlflow_worker
 
 #: metric values per ``log_batch`` call (MLflow's limit for one batch)
 MAX_METRICS = 1000
 
 
 def read_records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """A journal's records; a last line cut short (the process died while
+    appending it, before its sync) is left out."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines) - 1:
+                raise
+    return records
 
 
 def pending_file(context, handle: dict[str, Any]) -> Path:
@@ -57,13 +67,17 @@ def _line(handle: dict[str, Any], record: dict) -> str:
 
 
 def journal(path: Path, lines: list[str], *, append: bool = True) -> None:
-    """Write ``lines`` to the journal at ``path`` (appended, or in place of what
-    it holds) and sync them to disk before returning."""
+    """Write ``lines`` to the journal at ``path`` and sync them to disk before
+    returning: appended, or in place of what it holds (written beside it,
+    then renamed over it: a crash keeps the old journal or the new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a" if append else "w", encoding="utf-8") as out:
+    target = path if append else path.with_suffix(".tmp")
+    with open(target, "a" if append else "w", encoding="utf-8") as out:
         out.writelines(lines)
         out.flush()
         os.fsync(out.fileno())
+    if not append:
+        os.replace(target, path)
 
 
 def write_pending(path: Path, handle: dict[str, Any]) -> None:
@@ -184,26 +198,23 @@ def finish(context, handle: dict[str, Any], status: str) -> None:
     records = [*handle["pending"], {"status": status}]
     journal(path, [_line(handle, records[-1])])
     handle["pending"] = []
-    errors: list[str] = []
-
-    def answered(ok: bool, value: Any) -> None:
-        if not ok:
-            errors.append(str(value))
 
     def done(ok: bool, value: Any) -> None:
-        answered(ok, value)
-        if not errors:
+        if ok:
             path.unlink(missing_ok=True)
             return
         print(f"minimax-bench: the tracking store {handle['uri']} did not take the last "
-              f"records of run {handle['run_id']} ({errors[0]}); they are kept in {path}. "
+              f"records of run {handle['run_id']} ({value}); they are kept in {path}. "
               f"Send them with:  python -m plugins.tracking.mlflow_pending replay {path}",
               file=sys.stderr)
 
-    calls = list(_calls(records))
-    for number, (name, call) in enumerate(calls):
+    calls = []
+    for name, call in _calls(records):
         call.pop("done")
-        cast(done if number == len(calls) - 1 else answered, name, handle["run_id"], **call)
+        calls.append((name, (handle["run_id"],), call))
+    # one request: the helper makes the calls in order and stops at the first
+    # that fails (the status never goes out ahead of a batch that failed)
+    cast(done, mlflow_worker.SEQUENCE, calls)
 
 
 def left_over(context, handle: dict[str, Any]) -> None:

@@ -29,9 +29,12 @@ open it; an interrupted run's notice says that the run is marked KILLED.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import harness
@@ -89,8 +92,9 @@ def run_name(context, role: str | None = None) -> str:
     the p-player of the game (or the whole-algorithm solver) and the seed
     first, then each step-size multiplier that is not 1 (``eta_scale=3``) and
     the run's role in a tuning sweep (``tune``, ``theory``, ``tuned``,
-    ``theory=tuned``), then the set's k and the data set. MLflow's runs table
-    shows about 21 characters of a name: what tells a sweep's runs apart comes
+    ``theory=tuned``), then the set's k (or the set's own short name where it
+    has one: ``extremile r=2``) and the data set. MLflow's runs table shows
+    about 21 characters of a name: what tells a sweep's runs apart comes
     first, and a long data set name is cut last."""
     tags = context.tags
     scales = [f"{key.rsplit('.', 1)[-1]}={float(value):.3g}"
@@ -100,7 +104,8 @@ def run_name(context, role: str | None = None) -> str:
               and float(value) != 1.0]
     return " ".join([tags["algorithm"], f"s{tags['seed']}", *scales,
                      *([ROLE_NAMES[role]] if role else []),
-                     f"k{context.parts.constraint.k}", tags["dataset"]])
+                     tags.get("constraint_label") or f"k{context.parts.constraint.k}",
+                     tags["dataset"]])
 
 
 #: the run tag holding the key of its composed config (``request_key``)
@@ -110,12 +115,32 @@ NOT_THE_RUN = ("progress", "resume", "state_dir", "tracking")
 
 
 def request_key(config: Mapping[str, Any]) -> str:
-    """The key of a run's composed config (seed included) without ``NOT_THE_RUN``:
-    known before anything is prepared. Two runs of one key compute the same
-    thing; two spellings of one configuration (``constraint.k=null`` and the
-    k it resolves to) have two keys, and the ``config_key`` of the resolved
-    parameters finds those after preparing."""
-    return state.key({k: v for k, v in config.items() if k not in NOT_THE_RUN})
+    """The key of a run's composed config (seed included) without ``NOT_THE_RUN``,
+    with the package's version (an upgrade may change a theory default) and
+    the size and modification time of every file a config value names (a data
+    file replaced under the same path is other data): known before anything
+    is prepared. Two runs of one key compute the same thing; two spellings of
+    one configuration (a step size null and the value it resolves to) have
+    two keys, and the ``config_key`` of the resolved parameters finds those
+    after preparing."""
+    kept = {k: v for k, v in config.items() if k not in NOT_THE_RUN}
+    return state.key({"config": kept, "version": harness.package_version(),
+                      "files": sorted(_files(kept))})
+
+
+def _files(value: Any) -> Iterator[tuple[str, int, int]]:
+    """``(path, size, mtime_ns)`` of each existing file a config value names."""
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _files(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _files(item)
+    elif isinstance(value, str) and value and len(value) < 4096:
+        with contextlib.suppress(OSError, ValueError):
+            found = os.stat(value)
+            if stat.S_ISREG(found.st_mode):
+                yield value, found.st_size, found.st_mtime_ns
 
 
 @harness.hookimpl

@@ -141,8 +141,10 @@ class Helper:
         try:
             while self.casts:
                 self._answer()
-        except Exception as err:  # noqa: BLE001 - it ended without answering them
-            self._gone(err)
+        except BaseException as err:  # noqa: BLE001 - it ended without answering them, or
+            self._gone(err)  # a Ctrl-C cut the wait short: what is unanswered is reported
+            if not isinstance(err, Exception):
+                raise
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -222,7 +224,8 @@ class RemoteClient:
             except HelperGone:
                 self._switch()
         try:
-            value = getattr(self._direct, name)(*args, **entities(kwargs))
+            value = (sequence(self._direct, *args) if name == SEQUENCE else
+                     getattr(self._direct, name)(*args, **entities(kwargs)))
         except Exception as err:  # noqa: BLE001 - every error goes to on_answer
             ok, value = False, f"{type(err).__name__}: {err}"
         else:
@@ -243,6 +246,20 @@ class RemoteClient:
             return getattr(self._direct, name)(*args, **entities(kwargs))
 
         return call
+
+
+#: the request that makes several calls in order, stopping at the first that fails
+SEQUENCE = "sequence"
+
+
+def sequence(client: Any, calls: list[tuple[str, tuple, dict]]) -> int:
+    """Make ``calls`` (``(method, args, kwargs)``) of ``client`` in order; the
+    first that fails raises (the later ones are not made: a run's final
+    status never goes out ahead of a checkpoint batch that failed). Returns
+    how many were made."""
+    for name, args, kwargs in calls:
+        getattr(client, name)(*args, **entities(kwargs))
+    return len(calls)
 
 
 def entities(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -309,6 +326,8 @@ def serve() -> None:
                 number = len(clients) + 1
                 clients[number] = MlflowClient(tracking_uri=args[0])
                 answer = (sent, True, (number, clients[number].tracking_uri))
+            elif name == SEQUENCE:
+                answer = (sent, True, plain(sequence(clients[number], *args)))
             else:
                 call = getattr(clients[number], name)
                 answer = (sent, True, plain(call(*args, **entities(kwargs))))
