@@ -3,8 +3,9 @@
 Config (``tracking`` in ``conf/config.yaml``, ``mlflow_store.PARAMS``):
 ``enabled``, ``uri`` (default ``sqlite:///mlflow.db`` in the working
 directory, or ``$MLFLOW_TRACKING_URI``), ``experiment``, ``run_name`` (None:
-``<algorithm> s<seed> k<k> <dataset>``). Metrics are logged in one batch per
-checkpoint with ``step`` = data points processed. Every experiment it creates
+``<algorithm> s<seed> k<k> <dataset>``), ``send_every_s``. Each checkpoint's
+metrics are journalled to disk as it happens and logged in batches
+(``plugins.tracking.mlflow_pending``) with ``step`` = data points processed. Every experiment it creates
 or files runs in is tagged a model-training experiment
 (``mlflow.experimentKind``: MLflow 3's UI opens an experiment without a kind on
 its GenAI overview). The store is opened at the tracker's run start

@@ -7,11 +7,16 @@ registered, first of the built-ins) before it loads anything heavy, so the
 import runs on the machine's other core while the command loads numpy, numba
 and the plugins, composes its config, loads the data and prepares the game;
 at run start the tracker opens its store here (``RemoteClient``, made by
-``plugins.tracking.mlflow_store.client``) and every later call (create the
-run, log the params, each checkpoint, the final status) goes here and waits
-for the answer, as a call of an ``MlflowClient`` in the command's process
-would: checkpoints are logged live, and an error reaches the tracker's
-buffering as before.
+``plugins.tracking.mlflow_store.client``) and its calls go here. A call
+(create the run, log the params, a batch of checkpoints mid-run) waits for
+its answer, as a call of an ``MlflowClient`` in the command's process would,
+and an error reaches the tracker's journal as before. A cast (``cast``: the
+run's ``config.yaml``; its last checkpoints and final status, one
+``SEQUENCE`` that stops at its first failing call) does not wait: its answer
+goes to a callback when a later call reads it, or when the helper is closed
+at the command's end. The helper serves every run of the command's process:
+a single run, a sweep's parent run and each job of a multirun launched in
+that process.
 
 The protocol is pickled ``(number, client, method, args, kwargs)`` requests
 on the process's stdin and ``(number, ok, value)`` answers on its stdout
