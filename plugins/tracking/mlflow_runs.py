@@ -5,8 +5,8 @@ Config (``tracking`` in ``conf/config.yaml``, ``mlflow_store.PARAMS``):
 directory, or ``$MLFLOW_TRACKING_URI``), ``experiment``, ``run_name`` (None:
 ``<algorithm> s<seed> k<k> <dataset>``), ``send_every_s``. Each checkpoint's
 metrics are journalled to disk as it happens and logged in batches
-(``plugins.tracking.mlflow_pending``) with ``step`` = data points processed. Every experiment it creates
-or files runs in is tagged a model-training experiment
+(``plugins.tracking.mlflow_pending``) with ``step`` = data points processed.
+Every experiment it creates or files runs in is tagged a model-training experiment
 (``mlflow.experimentKind``: MLflow 3's UI opens an experiment without a kind on
 its GenAI overview). The store is opened at the tracker's run start
 (``plugins.tracking.mlflow_store``); an unreachable tracking server stops a
