@@ -158,7 +158,7 @@ def wait_for_server(uri: str | None, timeout_s: float, why: str) -> OSError | No
         return error
     deadline = time.monotonic() + timeout_s
     print(f"minimax-bench: the MLflow tracking server at {uri} does not answer ({error}); "
-          f"waiting up to {timeout_s:g} s for it {why} (tracking.connect_timeout_s).",
+          f"waiting up to {round(timeout_s, 1):g} s for it {why} (tracking.connect_timeout_s).",
           file=sys.stderr)
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(POLL_S, left))
