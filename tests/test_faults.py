@@ -607,9 +607,9 @@ def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path, every):
                 events.append("up after checkpoint 6")
 
     Flaky.calls, Flaky.fail_at = 0, None
-    cfg = _cfg(tmp_path, resume=False,
+    cfg = _cfg(tmp_path, resume=False,  # (connect_timeout_s=0: no wait for the server at the end)
                tracking={"enabled": True, "uri": server.uri, "experiment": "outage",
-                         "send_every_s": every})
+                         "send_every_s": every, "connect_timeout_s": 0})
     sent_mid_run: list[int] = []
 
     class Count:

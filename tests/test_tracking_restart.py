@@ -1,10 +1,11 @@
 """A tracking server that restarts: a run that starts while it is down waits
 for it (``tracking.connect_timeout_s``), then starts as usual; after the bound
-it stops with the usual error. A stand-in server answers ``/health`` (200 when
-up, 503 when down) and a stand-in client fails while it is down, so the
-outage is exactly where the test puts it. The same with a real ``mlflow
-server`` on PostgreSQL, killed in the middle of a sweep:
-``tests/test_team_server.py``."""
+it stops with the usual error. A run that ends while it is down, its
+records journalled, waits for it in the same way to send them. A stand-in
+server answers ``/health`` (200 when up, 503 when down) and a stand-in client
+fails while it is down, so the outage is exactly where the test puts it. The
+same with a real ``mlflow server`` on PostgreSQL, killed in the middle of a
+sweep: ``tests/test_team_server.py``."""
 
 from __future__ import annotations
 
@@ -129,6 +130,7 @@ class Client:
 
     def __init__(self, server) -> None:
         self.server, self.tracking_uri, self.calls = server, server.uri, []
+        self.steps: list[int] = []  # of the checkpoints it took
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name == "cast":  # an MlflowClient: every call waits
@@ -138,6 +140,8 @@ class Client:
             self.calls.append((name, self.server.up))
             if not self.server.up:
                 raise ConnectionError(f"{name}: connection refused")
+            if name == "log_batch" and kwargs.get("metrics"):
+                self.steps += sorted({m.step for m in kwargs["metrics"]})
             if name == "create_run":
                 return SimpleNamespace(info=SimpleNamespace(run_id="r1"))
             if name == "get_experiment_by_name":
@@ -187,6 +191,51 @@ def test_the_params_are_logged_when_the_server_is_back(server, tmp_path, monkeyp
     params = [up for name, up in client.calls if name == "log_batch"][:2]
     assert params == [False, True]
     assert [name for name, _ in client.calls].count("set_terminated") == 1
+
+
+class DownAt:
+    """Takes the stand-in server down for ``seconds`` after checkpoint ``at``
+    (-1: the last); interrupts the run at checkpoint ``stop`` if set."""
+
+    def __init__(self, server, at: int, seconds: float, stop: int | None = None) -> None:
+        self.server, self.at, self.seconds, self.stop, self.count = server, at, seconds, stop, 0
+
+    @harness.hookimpl(trylast=True)
+    def on_checkpoint(self, context, step, metrics):
+        self.count += 1
+        last = len(context.parts.checkpoints)
+        if self.count in (self.at, last if self.at == -1 else None):
+            self.server.back_in(self.seconds)
+        if self.count == self.stop:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("every", [0, 10], ids=["sent_at_once", "sent_at_the_end"])
+@pytest.mark.parametrize("at", [1, -1], ids=["mid_run", "after_the_last_checkpoint"])
+def test_a_run_that_ends_during_an_outage_waits_to_send_what_it_journalled(
+        server, tmp_path, monkeypatch, capsys, at, every):
+    client = Client(server)
+    monkeypatch.setattr(mlflow_store, "client", lambda uri: client)
+    down = DownAt(server, at=at, seconds=2.0)
+    cfg = _cfg(server, tmp_path)
+    cfg["tracking"]["send_every_s"] = every
+    harness.run(cfg, plugins=[down])
+    assert down.count >= 3 and len(client.steps) == len(set(client.steps)) == down.count
+    assert client.calls[-1] == ("set_terminated", True)
+    err = capsys.readouterr().err
+    assert "waiting up to 30 s for it to send what the run logged meanwhile" in err
+    assert not list(tmp_path.glob("pending-*.jsonl"))
+
+
+def test_an_interrupted_run_does_not_wait_for_the_server(server, tmp_path, monkeypatch):
+    client = Client(server)
+    monkeypatch.setattr(mlflow_store, "client", lambda uri: client)
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        harness.run(_cfg(server, tmp_path), plugins=[DownAt(server, at=1, seconds=60, stop=2)])
+    assert time.monotonic() - began < 20
+    (pending,) = tmp_path.glob("pending-*.jsonl")
+    assert '"status": "KILLED"' in pending.read_text().splitlines()[-1]
 
 
 def test_the_tracking_block_declares_the_bound():

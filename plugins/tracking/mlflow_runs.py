@@ -30,6 +30,7 @@ open it; an interrupted run's notice says that the run is marked KILLED.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import time
@@ -269,6 +270,17 @@ def on_run_end(context, status: str, metrics: Mapping[str, Any]):
     if handle is None:
         return
     mlflow_pending.finish(context, handle, status)
+    if handle["pending"] and status != "KILLED":  # not after a Ctrl-C: the user wants out
+        # the store failed: a server that is down (restarting) is waited for,
+        # as at run start, then the journal is replayed, the status last
+        timeout_s = _settings(context)["connect_timeout_s"]
+        if mlflow_store.wait_for_server(handle["uri"], timeout_s,
+                                        "to send what the run logged meanwhile") is None:
+            with contextlib.suppress(Exception):  # failing again: the journal stays
+                sent = mlflow_pending.replay(mlflow_pending.pending_file(context, handle))
+                handle["pending"].clear()
+                print(f"minimax-bench: the tracking store {handle['uri']} answers again; "
+                      f"{sent} journalled record(s) were sent.", file=sys.stderr)
 
 
 @harness.hookimpl(trylast=True)
