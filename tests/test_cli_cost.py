@@ -98,8 +98,8 @@ def test_a_dead_tracking_server_stops_the_command_without_loading_mlflow(tmp_pat
         from plugins.metrics import reference
         solves = []
         reference.compute = lambda *a, **k: solves.append(1)
-        sys.argv = ["minimax-bench", "tracking.uri={uri}", "budget=2000", "progress=false",
-                    "state_dir=null", "reference.exact=true"]
+        sys.argv = ["minimax-bench", "tracking.uri={uri}", "tracking.connect_timeout_s=0",
+                    "budget=2000", "progress=false", "state_dir=null", "reference.exact=true"]
         try:
             harness.cli.main()
         except SystemExit as stop:
@@ -124,7 +124,8 @@ def test_the_dead_server_check_without_a_uri_asks_what_mlflow_would(tmp_path, so
         {given}
         from conftest import game_cfg
         import harness
-        cfg = game_cfg("budget=2000", tracking={{"enabled": True, "uri": None}})
+        cfg = game_cfg("budget=2000", tracking={{"enabled": True, "uri": None,
+                                                 "connect_timeout_s": 0}})
         try:
             harness.run(cfg)
         except harness.SetupError as err:

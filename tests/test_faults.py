@@ -544,7 +544,8 @@ def test_tracking_server_down_at_start_stops_before_computing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     done = subprocess.run(
         [sys.executable, "-m", "harness", f"tracking.uri=http://127.0.0.1:{_free_port()}",
-         "budget=2000"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+         "tracking.connect_timeout_s=0", "budget=2000"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "tracking server at http://127.0.0.1" in done.stderr
     assert "unreachable" in done.stderr and "certified dual gap" not in done.stdout
@@ -559,7 +560,8 @@ def test_server_down_at_start_stops_before_the_reference_solve(tmp_path, monkeyp
     monkeypatch.setattr(reference, "compute", lambda *a, **k: solves.append(1))
     cfg = _cfg(tmp_path, p_player={"name": "exp4mp"}, resume=False,
                reference={"exact": "true"},
-               tracking={"enabled": True, "uri": f"http://127.0.0.1:{_free_port()}"})
+               tracking={"enabled": True, "uri": f"http://127.0.0.1:{_free_port()}",
+                         "connect_timeout_s": 0})
     with pytest.raises(harness.SetupError, match="unreachable"):
         harness.run(cfg)
     assert solves == []
@@ -621,9 +623,9 @@ def test_tracking_server_down_mid_run_loses_no_checkpoint(tmp_path, every):
                 events.append("up after checkpoint 6")
 
     Flaky.calls, Flaky.fail_at = 0, None
-    cfg = _cfg(tmp_path, resume=False,
+    cfg = _cfg(tmp_path, resume=False,  # (connect_timeout_s=0: no wait for the server at the end)
                tracking={"enabled": True, "uri": server.uri, "experiment": "outage",
-                         "send_every_s": every})
+                         "send_every_s": every, "connect_timeout_s": 0})
     sent_mid_run: list[int] = []
 
     class Count:

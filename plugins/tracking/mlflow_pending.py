@@ -188,11 +188,13 @@ def finish(context, handle: dict[str, Any], status: str) -> None:
     out without waiting: the command goes on (the next job of a multirun
     prepares) while the helper writes, and the journal is removed once the
     helper's answers say the store took everything (at the next call, or when
-    the command ends). Otherwise, or while the store is failing, it waits."""
+    the command ends). Otherwise (no helper, a tracking server, or a store
+    that is failing) it waits; what stays unsent is in ``handle["pending"]``
+    (``left_over`` says where)."""
     cast = getattr(handle["client"], "cast", None)
-    if cast is None or handle.get("failing"):
+    if cast is None or handle.get("failing") or mlflow_store.is_server(handle["uri"]):
+        # (a tracking server's outage at the end is waited out by the tracker)
         send(context, handle, {"status": status})
-        left_over(context, handle)
         return
     path = pending_file(context, handle)
     records = [*handle["pending"], {"status": status}]

@@ -3,13 +3,14 @@
 Config (``tracking`` in ``conf/config.yaml``, ``mlflow_store.PARAMS``):
 ``enabled``, ``uri`` (default ``sqlite:///mlflow.db`` in the working
 directory, or ``$MLFLOW_TRACKING_URI``), ``experiment``, ``run_name`` (None:
-``<algorithm> s<seed> k<k> <dataset>``), ``send_every_s``. Each checkpoint's
-metrics are journalled to disk as it happens and logged in batches
-(``plugins.tracking.mlflow_pending``) with ``step`` = data points processed.
+``<algorithm> s<seed> k<k> <dataset>``), ``send_every_s``, ``connect_timeout_s``.
+Each checkpoint's metrics are journalled to disk as it happens and logged in
+batches (``plugins.tracking.mlflow_pending``) with ``step`` = data points processed.
 Every experiment it creates or files runs in is tagged a model-training experiment
 (``mlflow.experimentKind``: MLflow 3's UI opens an experiment without a kind on
 its GenAI overview). The store is opened at the tracker's run start
-(``plugins.tracking.mlflow_store``); an unreachable tracking server stops a
+(``plugins.tracking.mlflow_store``); a tracking server that does not answer
+is waited for up to ``connect_timeout_s`` seconds (a restart), then stops a
 run before it computes anything, and a server that fails mid-run loses no
 checkpoint (``plugins.tracking.mlflow_pending``). Inside a multirun, the run files
 under its sweep's experiment and parent run (``plugins.tracking.mlflow_sweeps``).
@@ -31,6 +32,7 @@ open it; an interrupted run's notice says that the run is marked KILLED.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import stat
 import sys
@@ -152,7 +154,8 @@ def before_prepare(config):
         return
     settings = validate("tracking", PARAMS, config["tracking"])
     if settings["enabled"]:
-        mlflow_store.probe(mlflow_store.resolved_uri(settings.get("uri") or None))
+        mlflow_store.probe(mlflow_store.resolved_uri(settings.get("uri") or None),
+                           settings["connect_timeout_s"])
         with mlflow_store.gc_paused():  # mlflow and its store are imported here
             _refuse_finished(settings, REQUEST_KEY_TAG, request_key(config))
 
@@ -165,7 +168,8 @@ def check_before_start(context):
     (``AlreadyFinished``)."""
     settings = _settings(context)
     if settings is not None:
-        mlflow_store.probe(mlflow_store.resolved_uri(settings.get("uri") or None))
+        mlflow_store.probe(mlflow_store.resolved_uri(settings.get("uri") or None),
+                           settings["connect_timeout_s"])
         # the game's own parameters, before plugins add theirs at run start:
         # the same key as its saved state's
         context.state[CONFIG_KEY_TAG] = state.key(context.params)
@@ -207,12 +211,16 @@ def on_run_start(context):
 
 
 def _start(context, settings: dict[str, Any]) -> None:
-    """Open the store, then create the run (or take over a resumed one) and log its params."""
+    """Open the store, then create the run (or take over a resumed one) and log
+    its params; each call waits out a tracking server that restarts
+    (``mlflow_store.retrying``)."""
     client = mlflow_store.client(settings.get("uri") or None)
+    patiently = functools.partial(mlflow_store.retrying, client.tracking_uri,
+                                  settings["connect_timeout_s"])
     name = settings.get("experiment") or mlflow_store.DEFAULT_EXPERIMENT
     resumed = (context.state.get("resume") or {}).get("mlflow")
     if resumed and resumed["uri"] == client.tracking_uri:
-        client.update_run(resumed["run_id"], status="RUNNING")
+        patiently(client.update_run, resumed["run_id"], status="RUNNING")
         handle = {**resumed, "client": client, "pending": [],
                   "send_every_s": settings["send_every_s"]}
         context.state["mlflow"] = handle
@@ -229,12 +237,11 @@ def _start(context, settings: dict[str, Any]) -> None:
     if CONFIG_KEY_TAG in context.state:
         tags[CONFIG_KEY_TAG] = context.state[CONFIG_KEY_TAG]
     tags[REQUEST_KEY_TAG] = request_key(context.config)
-    experiment_id, parent_run_id = run_experiment(client, name)
+    experiment_id, parent_run_id = patiently(run_experiment, client, name)
     if parent_run_id is not None:
         tags["mlflow.parentRunId"] = parent_run_id
-    run = client.create_run(experiment_id, tags=tags,
-                            run_name=settings.get("run_name")
-                            or run_name(context, settings.get("tuning")))
+    run = patiently(client.create_run, experiment_id, tags=tags,
+                    run_name=settings.get("run_name") or run_name(context, settings.get("tuning")))
     run_id = run.info.run_id
     ids = {"run_id": run_id, "experiment_id": experiment_id, "uri": client.tracking_uri}
     context.state["mlflow"] = {**ids, "client": client, "pending": [],
@@ -243,9 +250,9 @@ def _start(context, settings: dict[str, Any]) -> None:
     params = [(k, str(v)[:_MAX_PARAM_LEN]) for k, v in sorted(context.params.items())]
     try:
         for start in range(0, len(params), _MAX_PARAMS_PER_BATCH):
-            mlflow_store.log_batch(client, run_id,
-                                   params=params[start:start + _MAX_PARAMS_PER_BATCH])
-        _log_config(client, run_id, context.config)
+            patiently(mlflow_store.log_batch, client, run_id,
+                      params=params[start:start + _MAX_PARAMS_PER_BATCH])
+        patiently(_log_config, client, run_id, context.config)
     except BaseException:
         context.state.pop("mlflow")
         client.set_terminated(run_id, status="FAILED")
@@ -293,6 +300,18 @@ def on_run_end(context, status: str, metrics: Mapping[str, Any]):
     if handle is None:
         return
     mlflow_pending.finish(context, handle, status)
+    if handle["pending"] and status != "KILLED":  # not after a Ctrl-C: the user wants out
+        # the store failed: a server that is down (restarting) is waited for,
+        # as at run start, then the journal is replayed, the status last
+        timeout_s = _settings(context)["connect_timeout_s"]
+        if mlflow_store.wait_for_server(handle["uri"], timeout_s,
+                                        "to send what the run logged meanwhile") is None:
+            with contextlib.suppress(Exception):  # failing again: the journal stays
+                sent = mlflow_pending.replay(mlflow_pending.pending_file(context, handle))
+                handle["pending"].clear()
+                print(f"minimax-bench: the tracking store {handle['uri']} answers again; "
+                      f"{sent} journalled record(s) were sent.", file=sys.stderr)
+    mlflow_pending.left_over(context, handle)
 
 
 @harness.hookimpl(trylast=True)

@@ -1,5 +1,6 @@
 """The MLflow store as the tracker's modules open it: the client, the early
-check of a tracking server, and the experiment a run files under.
+check of a tracking server, the wait for one that is briefly down, and the
+experiment a run files under.
 
 mlflow is imported only here (and in ``plugins.tracking.mlflow_worker``), and
 only when a client is made: the import and the store cost one to two
@@ -14,9 +15,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import harness
 from harness import Param
@@ -44,7 +47,16 @@ PARAMS: dict[str, Param] = {
     "tuning": Param(str, nullable=True, choices=("tune", "theory", "tuned", "both"),
                     doc="the run's role in a tuning sweep (hydra/sweeper=tune), its tag "
                         "'tuning'; set by that sweeper"),
+    "connect_timeout_s": Param(float, default=60.0, low=0.0,
+                               doc="seconds a run waits for a tracking server that does not "
+                                   "answer as it starts or ends (a restart), then stops; "
+                                   "0: stop at once"),
 }
+
+#: seconds between two checks of a tracking server that does not answer
+POLL_S = 1.0
+
+T = TypeVar("T")
 
 
 def client(uri: str | None):
@@ -121,18 +133,73 @@ def resolved_uri(uri: str | None) -> str | None:
     return os.environ.get("MLFLOW_TRACKING_URI") or None
 
 
-def probe(uri: str | None) -> None:
-    """Refuse to start when a tracking server is unreachable (before any computing)."""
-    if uri is None or not uri.startswith(("http://", "https://")):
-        return
+def is_server(uri: str | None) -> bool:
+    """Whether ``uri`` names a tracking server (not a local store)."""
+    return uri is not None and uri.startswith(("http://", "https://"))
+
+
+def health(uri: str, timeout_s: float = 10.0) -> OSError | None:
+    """None if the tracking server at ``uri`` answers ``/health``, else why not."""
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10):
-            pass
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return None
     except OSError as err:
+        return err
+
+
+def wait_for_server(uri: str | None, timeout_s: float, why: str) -> OSError | None:
+    """Wait until the tracking server at ``uri`` answers, for at most ``timeout_s``
+    seconds, saying so in one line on stderr (``why``: what the run waits to
+    do). None once it answers (at once for a local store), else the last error."""
+    if not is_server(uri):
+        return None
+    error = health(uri)
+    if error is None or timeout_s <= 0:
+        return error
+    deadline = time.monotonic() + timeout_s
+    print(f"minimax-bench: the MLflow tracking server at {uri} does not answer ({error}); "
+          f"waiting up to {round(timeout_s, 1):g} s for it {why} (tracking.connect_timeout_s).",
+          file=sys.stderr)
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(POLL_S, left))
+        error = health(uri, timeout_s=max(1.0, min(10.0, deadline - time.monotonic())))
+        if error is None:
+            return None
+    return error
+
+
+def probe(uri: str | None, timeout_s: float = 0.0) -> None:
+    """Refuse to start when a tracking server is unreachable (before any
+    computing), after waiting up to ``timeout_s`` seconds for it: a server
+    that restarts is waited for."""
+    error = wait_for_server(uri, timeout_s, "before the run starts")
+    if error is not None:
+        waited = f" after {timeout_s:g} s" if timeout_s > 0 else ""
         raise harness.SetupError(
-            f"The MLflow tracking server at {uri} is unreachable ({err}). Start it, or run "
-            "with tracking.uri=sqlite:///mlflow.db (a local store) or tracking.enabled=false."
-        ) from err
+            f"The MLflow tracking server at {uri} is unreachable{waited} ({error}). Start it, "
+            "or run with tracking.uri=sqlite:///mlflow.db (a local store) or "
+            "tracking.enabled=false."
+        ) from error
+
+
+def retrying(uri: str | None, timeout_s: float, call: Callable[..., T], *args: Any,
+             **kwargs: Any) -> T:
+    """``call(*args, **kwargs)`` (a call that starts a run), called again if it
+    failed while the tracking server at ``uri`` did not answer, once it answers
+    again: up to ``timeout_s`` seconds from the first failure. An error while
+    the server answers (the server refused the call) is raised at once, and so
+    is the last error when the server stays away."""
+    deadline = None
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception:
+            if not is_server(uri) or health(uri) is None:
+                raise
+            if deadline is None:
+                deadline = time.monotonic() + timeout_s
+            if wait_for_server(uri, deadline - time.monotonic(), "to start the run") is not None:
+                raise
 
 
 def experiment_id(client, name: str) -> str:

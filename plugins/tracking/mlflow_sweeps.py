@@ -146,7 +146,8 @@ def on_sweep_start(config) -> None:
     tracking = validate("tracking", mlflow_store.PARAMS, {k: block[k] for k in block})
     if not tracking["enabled"]:
         return
-    mlflow_store.probe(mlflow_store.resolved_uri(tracking.get("uri") or None))
+    mlflow_store.probe(mlflow_store.resolved_uri(tracking.get("uri") or None),
+                       tracking["connect_timeout_s"])
     client = mlflow_store.client(tracking.get("uri") or None)
     name = tracking.get("experiment") or mlflow_store.DEFAULT_EXPERIMENT
     experiment_id = mlflow_store.experiment_id(client, name)
