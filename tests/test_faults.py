@@ -667,9 +667,7 @@ def test_through_the_helper_a_failed_last_batch_keeps_the_journal_and_the_run_op
     # answer (read when it is closed) says so: the run is not marked FINISHED
     # ahead of its checkpoints, the journal keeps every record, and a replay
     # once the server is back sends them all
-    from plugins.tracking import mlflow_worker
-
-    from plugins.tracking import mlflow_store
+    from plugins.tracking import mlflow_store, mlflow_worker
 
     server = Server(tmp_path)
     server.start()
