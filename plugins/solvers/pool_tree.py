@@ -369,9 +369,12 @@ def _repool(pt, a, b):  # pragma: no cover - compiled
 def pool_tree_position(pt, i, v):  # pragma: no cover - compiled
     """The position of row i's key ``(v, i)`` (v its value): the number of keys
     below it. O(log n)."""
-    s, rows = pt.values, pt.rows
-    lo = 0
-    hi = s.size
+    return _bisect(pt.values, pt.rows, i, v, 0, pt.values.size)
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _bisect(s, rows, i, v, lo, hi):  # pragma: no cover - compiled
+    """The number of keys below ``(v, i)``, knowing it lies in ``[lo, hi]``."""
     while lo < hi:
         mid = (lo + hi) // 2
         if s[mid] < v or (s[mid] == v and rows[mid] < i):
@@ -403,13 +406,7 @@ def _position_near(pt, i, v, start):  # pragma: no cover - compiled
             hi = lo
             step *= 2
             lo = max(0, hi - step)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if s[mid] < v or (s[mid] == v and rows[mid] < i):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return _bisect(s, rows, i, v, lo, hi)
 
 
 @njit(cache=True, error_model="numpy")
