@@ -90,6 +90,7 @@ _TEMPLATE = '''"""Round driver of minimax-bench for one combination of compiled 
 import numpy as np
 from numba import njit
 
+from harness.prefetch import prefetch_entries, prefetch_rows
 from {p_mod} import {p_pre}_propose as p_propose, {p_pre}_observe as p_observe
 from {m_mod} import {m_pre}_losses as m_losses, {m_pre}_grad as m_grad
 from {w_mod} import {w_pre}_iterate as w_iterate, {w_pre}_step as w_step
@@ -104,6 +105,9 @@ def play(first, last, rng, X, y, a_sum, ps, ks, ms, ws, info):
         info[0] = t
         info[1] = 1
         rows, weights = p_propose(ps, ks, rng)
+        # the rows' data and averaged actions load in parallel (harness.prefetch)
+        prefetch_rows(X, rows)
+        prefetch_entries(a_sum, rows)
         w = w_iterate(ws)
         info[1] = 2
         losses = m_losses(ms, w, X, y, rows)

@@ -19,10 +19,14 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from harness.prefetch import prefetch, prefetch_at
 from plugins.lib.capped import CAP_TOL  # the capping rule of every capped set
 
 #: children per tree node
 FANOUT = 16
+#: tree nodes ((sum, max) pairs) and leaves per cache line, for the prefetches
+NODES_PER_LINE = 4
+LEAVES_PER_LINE = 8
 #: rebase when the largest weight falls below exp(-REBASE)
 REBASE = 200.0
 
@@ -120,6 +124,9 @@ def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover 
         g[j] = 0
     for level in range(sizes.size - 1, 0, -1):
         base = offsets[level - 1]
+        for j in range(t.size):  # every target's children load in parallel
+            for c in range(0, F, NODES_PER_LINE):
+                prefetch_at(nodes, min(base + g[j] * F + c, nodes.shape[0] - 1), 0)
         for j in range(t.size):
             lo = g[j] * F
             hi = min(lo + F, sizes[level - 1])
@@ -139,6 +146,9 @@ def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover 
                 r = nodes[base + last, 0]
             g[j] = chosen
             t[j] = r
+    for j in range(t.size):
+        for c in range(0, F, LEAVES_PER_LINE):
+            prefetch(w, min(g[j] * F + c, w.size - 1))
     for j in range(t.size):
         lo = g[j] * F
         hi = min(lo + F, w.size)
