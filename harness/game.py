@@ -356,7 +356,8 @@ class Game(Loop):
         t = state.rounds
         w_bar = wp.w_bar
         self._guard(w_bar, pp.p)
-        losses = stream.raw_losses(model, w_bar, X, y) / model.scale_
+        raw, task = stream.losses_and_task_metrics(model, w_bar, X, y, parts.constraint.k)
+        losses = raw / model.scale_
         if not np.all(np.isfinite(losses)):
             bad = int(np.flatnonzero(~np.isfinite(losses))[0])
             raise GuardError(f"model '{parts.names.get('model')}' gave scaled loss "
@@ -390,7 +391,7 @@ class Game(Loop):
             "wall_time_s": state.wall_time,
             "clipped_losses": float(model.n_clipped),
         }
-        metrics.update(model.task_metrics(w_bar, X, y, parts.constraint.k))
+        metrics.update(task)
         self.theory_absent = why_no_theory_bound(pp, wp, model, t)
         if self.theory_absent is None:
             metrics["theory_bound"] = theory_bound(pp, wp, t)

@@ -364,6 +364,9 @@ class Model(Protocol):
     def task_metrics(self, w: np.ndarray, X: np.ndarray, y: np.ndarray, k: int) -> dict[str, float]:
         ...
 
+    # Optional: ``losses_and_metrics(w, X, y, k) -> (raw_losses, task_metrics)``,
+    # both in one pass over ``X``; checkpoints use it where it exists (else
+    # ``raw_losses`` and ``task_metrics``: two passes, gigabytes each at n = 1e7).
     # Optional: ``row_grad_bound(X, y, radius) -> float``, a bound on the norm
     # of every scaled row gradient over ``||w|| <= radius`` for the rows of
     # ``X`` and ``y`` (solvers that take gradients outside the ball of

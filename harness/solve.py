@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from harness import stream
 from harness.dual import certified_gap
 from harness.game import (
     CALL_SECONDS,
@@ -203,7 +204,8 @@ class SolverRun(Loop):
             raise GuardError(f"solver '{name}' left the ball of radius {problem.radius!r} at "
                              f"{state.data_points:,} data points (||w|| = "
                              f"{math.sqrt(float(w @ w))!r}).")
-        losses = problem.losses(w)
+        raw, task = stream.losses_and_task_metrics(model, w, X, y, parts.constraint.k)
+        losses = raw / problem.scale
         if not np.all(np.isfinite(losses)):
             bad = int(np.flatnonzero(~np.isfinite(losses))[0])
             raise GuardError(f"model '{parts.names.get('model')}' gave loss "
@@ -231,7 +233,7 @@ class SolverRun(Loop):
             state.inner_w = found.w_inner
             metrics["dual_gap"] = found.gap  # F(w) read through its enclosure: >= 0
             metrics["dual_lower"] = found.lower
-        metrics.update(model.task_metrics(w, X, y, parts.constraint.k))
+        metrics.update(task)
         if self.extra_metrics is not None:
             metrics.update(self.extra_metrics(w, losses))
         bad = {key: value for key, value in metrics.items() if not math.isfinite(value)}

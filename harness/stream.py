@@ -81,6 +81,19 @@ def raw_losses(model: Any, w: np.ndarray, X: Any, y: np.ndarray) -> np.ndarray:
     return out
 
 
+def losses_and_task_metrics(model: Any, w: np.ndarray, X: Any, y: np.ndarray,
+                            k: int) -> tuple[np.ndarray, dict[str, float]]:
+    """``(raw_losses, task_metrics)`` at ``w`` over all rows: in one pass over
+    ``X`` by the model's optional ``losses_and_metrics(w, X, y, k)`` (at n =
+    1e7 a pass over the data is gigabytes), else by ``raw_losses`` and the
+    model's ``task_metrics`` (two)."""
+    both = getattr(model, "losses_and_metrics", None)
+    if both is not None:
+        raw, metrics = both(w, X, y, k)
+        return np.asarray(raw, dtype=np.float64), metrics
+    return raw_losses(model, w, X, y), model.task_metrics(w, X, y, k)
+
+
 def weighted_value_grad(
     model: Any, X: Any, y: np.ndarray, rows: np.ndarray, weights: np.ndarray
 ) -> ValueGrad:

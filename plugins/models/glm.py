@@ -185,10 +185,15 @@ class LinearMSE(_ScaledLoss):
         return cp.square(X @ w[:-1] + w[-1] - y)
 
     def task_metrics(self, w, X, y, k):
+        return self.losses_and_metrics(w, X, y, k)[1]
+
+    def losses_and_metrics(self, w, X, y, k):
+        """The raw losses and ``task_metrics`` in one pass over ``X`` (the
+        metrics are functions of the losses)."""
         raw = stream.raw_losses(self, w, X, y)
         top = np.partition(raw, raw.size - k)[raw.size - k:]
-        return {"topk_mse": float(top.mean()), "max_loss": float(raw.max()),
-                "mean_loss": float(raw.mean())}
+        return raw, {"topk_mse": float(top.mean()), "max_loss": float(raw.max()),
+                     "mean_loss": float(raw.mean())}
 
 
 class LogisticCEL(_ScaledLoss):
@@ -252,14 +257,19 @@ class LogisticCEL(_ScaledLoss):
         return cp.log_sum_exp(Z, axis=1) - cp.sum(cp.multiply(np.eye(self.C_)[y], Z), axis=1)
 
     def task_metrics(self, w, X, y, k):
+        return self.losses_and_metrics(w, X, y, k)[1]
+
+    def losses_and_metrics(self, w, X, y, k):
+        """The raw losses and ``task_metrics`` in one pass over ``X`` (chunk by
+        chunk: ``X`` may be larger than memory), each chunk's logits formed once."""
         raw, hits = [], 0
-        for Xc, yc in stream.row_chunks(X, y):  # X may be larger than memory
+        for Xc, yc in stream.row_chunks(X, y):
             z = self._logits(w, Xc)
             raw.append(-log_softmax(z)[np.arange(yc.size), yc])
             hits += int(np.count_nonzero(np.argmax(z, axis=1) == yc))
         raw = np.concatenate(raw)
-        return {"accuracy": hits / y.size,
-                "max_loss": float(raw.max()), "mean_loss": float(raw.mean())}
+        return raw, {"accuracy": hits / y.size,
+                     "max_loss": float(raw.max()), "mean_loss": float(raw.mean())}
 
 # ---------------------------------------------------------------------------
 # compiled forms (harness.engine): the same arithmetic on the rows of one round
