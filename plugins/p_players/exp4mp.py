@@ -23,6 +23,14 @@ from plugins.lib.capped import (
     weights_row_caps,
 )
 from plugins.lib.steps import scale_param, scaled_step
+from plugins.p_players.kset_tree import (
+    MixedTreeState,
+    mixed_p_of,
+    mixed_tree_p,
+    mixed_tree_state,
+    tree_gain_step,
+    tree_mixed_sample,
+)
 
 
 class Exp4MPState(NamedTuple):
@@ -50,6 +58,20 @@ class Exp4MPState(NamedTuple):
     all_rows: bool
 
 
+class Exp4MPTreeState(NamedTuple):
+    """EXP4.MP's state with ``state="tree"`` (``confidence="sampled"``): the
+    mixed tree's record and the step."""
+
+    tree: MixedTreeState
+    #: the batch weights ``1/k`` (the draws are k distinct rows)
+    batch: np.ndarray
+    #: the gains of a round's rows (scratch)
+    gains: np.ndarray
+    eta: float
+    #: the confidence coefficient ``c / sqrt(n T)``, on the sampled rows only
+    conf: float
+
+
 class Exp4MP:
     """EXP4.MP with semi-bandit feedback on ``S_{n,k}`` (Algorithm 2, Theorem 4.1 ``th:topk``).
 
@@ -57,16 +79,31 @@ class Exp4MP:
     3-10), draws k rows with ``P[i in I_t] = k p_i`` (Line 11) and raises the
     log-weights by ``eta * (L_hat + c U / sqrt(n T))`` (Lines 13-15).
     ``confidence="all"`` (default) adds the confidence term to every row outside
-    ``J_t`` as the proof (Appendix C) does; ``"sampled"`` as the algorithm box.
+    ``J_t`` as the proof (Appendix C) does; ``"sampled"`` as the algorithm box
+    (Line 15 on the sampled rows only).
     Defaults (Theorem 4.1): ``gamma = sqrt(n log(n/k) / (k T))``, ``eta = k gamma
-    / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``. O(n) per round.
+    / (2n)``, ``c = sqrt(k log(n/delta))``, ``delta = 0.05``.
     ``regret_bound``: ``th:EXP4.MP`` (Appendix C) for the first t rounds, on
-    ``S_{n,k}`` only. Derivation: docs/algorithms.md, "EXP4.MP: the round, the
+    ``S_{n,k}`` with ``confidence="all"`` only (None otherwise).
+
+    Cost per round: ``state="dense"`` keeps the log-weights and ``p_t`` as
+    arrays and projects all n rows: O(n). ``state="tree"`` keeps the weights
+    in a tree of sums and maxima (``plugins.p_players.kset_tree``,
+    ``MixedTreeState``): the projection caps the largest weights (Lemma C.2),
+    the draw is systematic sampling (Madow) from the mixture ``p = (1 - gamma)
+    q + gamma / n`` by k descents, and a round changes the k sampled rows and
+    the capped ones: O(k log n), and O(n) only for a rare rebase and when
+    ``p`` is read (checkpoints). The tree needs ``confidence="sampled"``
+    (``"all"`` changes every row by its own amount each round: O(n)) and a set
+    that samples systematically with one cap on every row (the k-set with
+    ``sampler=systematic``, the simplex); ``state="tree"`` elsewhere is a
+    config error, and ``auto`` (default) picks the tree where it applies, else
+    dense. Derivation: docs/algorithms.md, "EXP4.MP: the round, the
     confidence term and the samples".
     """
 
     name: ClassVar[str] = "exp4mp"
-    state_version: ClassVar[int] = 1
+    state_version: ClassVar[int] = 2
     constraints: ClassVar[tuple[str, ...] | None] = None  # any set that supports() accepts
     params: ClassVar[dict[str, Param]] = {
         "eta": Param(float, low=0.0, low_open=True, nullable=True,
@@ -81,6 +118,9 @@ class Exp4MP:
         "confidence": Param(str, default="all", choices=("all", "sampled"),
                             doc="rows receiving the confidence term: all outside J_t (proof) "
                                 "or only sampled ones (algorithm box)"),
+        "state": Param(str, default="auto", choices=("auto", "tree", "dense"),
+                       doc="tree: O(k log n) per round, needs confidence=sampled and a set "
+                           "sampling systematically; dense: O(n); auto: tree where it applies"),
     }
 
     @classmethod
@@ -89,13 +129,14 @@ class Exp4MP:
         return needs_draws(constraint) or needs_row_caps(constraint)
 
     def __init__(self, eta=None, gamma=None, c=None, delta=0.05, confidence="all",
-                 eta_scale=1.0) -> None:
+                 eta_scale=1.0, state="auto") -> None:
         self.eta = eta
         self.eta_scale = eta_scale
         self.gamma = gamma
         self.c = c
         self.delta = delta
         self.confidence = confidence
+        self.state = state
 
     def rows_per_round(self, constraint) -> int:
         return constraint.k
@@ -120,6 +161,16 @@ class Exp4MP:
         self.conf_ = self.c_ / math.sqrt(n * T)
         caps = constraint.row_caps()  # th:EXP4.MP is proven on S_{n,k} only
         self.proven_ = caps is not None and bool(np.all(caps == 1.0 / k))
+        self.state_name_ = self._storage(constraint, caps)
+        derived = {"eta": self.eta_, "gamma": self.gamma_, "c": self.c_, "delta": self.delta,
+                   "state": self.state_name_}
+        if self.state_name_ == "tree":
+            self.tree_ = mixed_tree_state(n, k, float(caps[0]), float(gamma))
+            self.log_w_raw_ = self.tree_.log_w
+            self.state_ = Exp4MPTreeState(self.tree_, np.full(k, 1.0 / k), np.zeros(k),
+                                          float(self.eta_), float(self.conf_))
+            return derived
+        self.tree_ = None
         self.log_w_raw_ = np.zeros(n)
         self.weights_ = np.ones(n)  # exp(log_w), kept in step with log_w
         self.p_ = np.empty(n)
@@ -131,11 +182,43 @@ class Exp4MP:
         self.set_state_ = capped_set_state(caps, k, "depround",
                                            abs(float(caps.sum()) - 1.0) <= 1e-12)
         exp4mp_project(self.state_, self.set_state_, True, 0.0)
-        return {"eta": self.eta_, "gamma": self.gamma_, "c": self.c_, "delta": self.delta}
+        return derived
+
+    def _storage(self, constraint, caps) -> str:
+        """``state`` resolved: "tree" or "dense" (class docstring)."""
+        sampled = self.confidence == "sampled"
+        systematic = constraint.sampler == "systematic"
+        one_cap = (caps is not None and bool(np.all(caps == caps[0]))
+                   and float(caps[0]) * constraint.k <= 1.0 + 1e-12)
+        if self.state == "auto":
+            return "tree" if sampled and systematic and one_cap else "dense"
+        if self.state == "tree" and not sampled:
+            raise harness.ConfigError(
+                "The 'state' parameter of exp4mp is 'tree', which needs the 'confidence' "
+                "parameter to be 'sampled' (the confidence term on the k sampled rows, "
+                "O(k log n) per round); it is 'all' (a different term on every row outside "
+                "J_t each round: O(n)). Set p_player.confidence=sampled, or "
+                "p_player.state=dense or auto."
+            )
+        if self.state == "tree" and not systematic:
+            raise harness.ConfigError(
+                "The 'state' parameter of exp4mp is 'tree', which samples systematically; "
+                f"the constraint set '{constraint.name}' is configured with sampler "
+                f"'{constraint.sampler}'. Set constraint.sampler=systematic "
+                "or p_player.state=dense."
+            )
+        if self.state == "tree" and not one_cap:
+            raise harness.ConfigError(
+                "The 'state' parameter of exp4mp is 'tree', which needs one row cap of at "
+                f"most 1/k on every row (the k-set, the simplex); '{constraint.name}' has "
+                "others. Set p_player.state=dense."
+            )
+        return self.state
 
     @property
     def p(self) -> np.ndarray:
-        return self.p_
+        """``p_t`` (with ``state="tree"`` computed from the tree: O(n))."""
+        return mixed_tree_p(self.tree_) if self.tree_ is not None else self.p_
 
     @property
     def log_w_(self) -> np.ndarray:
@@ -144,20 +227,35 @@ class Exp4MP:
         return self.log_w_raw_ - self.log_w_raw_.max()
 
     def propose(self, rng: np.random.Generator) -> Proposal:
+        if self.tree_ is not None:  # tree_mixed_sample, the kernel the compiled path runs too
+            self.rows_ = tree_mixed_sample(self.tree_, rng).copy()
+            return Proposal(self.rows_, self.state_.batch)
         self.rows_, self.mult_ = self.constraint_.sample(self.p_, rng)
         return Proposal(self.rows_, self.mult_ / self.constraint_.k)
 
     def observe(self, losses: np.ndarray) -> None:
         """Lines 12-15 and the next round's projection (Lines 3-10), in
-        ``exp4mp_observe``, the kernel the compiled path runs too."""
+        ``exp4mp_observe`` (``exp4mp_tree_step`` with the tree), the kernel the
+        compiled path runs too."""
+        losses = np.ascontiguousarray(losses, dtype=np.float64)
+        if self.tree_ is not None:
+            exp4mp_tree_step(self.state_, np.ascontiguousarray(self.rows_, dtype=np.int64),
+                             losses)
+            return None
         exp4mp_observe(self.state_, self.set_state_, self.rows_, self.mult_ / self.constraint_.k,
-                       np.ascontiguousarray(losses, dtype=np.float64))
+                       losses)
         return None
 
     def compiled(self, constraint: Compiled | None) -> Compiled | None:
-        """The compiled form (``harness.engine``) on a capped simplex:
-        ``exp4mp_propose`` and ``exp4mp_observe`` (the Python ``observe``
-        runs it too) on the player's state; None on any other set."""
+        """The compiled form (``harness.engine``). ``state="dense"``:
+        ``exp4mp_propose`` and ``exp4mp_observe`` on ``Exp4MPState``, on a
+        capped simplex only; ``state="tree"``: ``exp4mp_tree_propose`` and
+        ``exp4mp_tree_observe`` on ``Exp4MPTreeState``, on any set (the tree
+        draws and projects itself). The Python methods run the same kernels
+        but the dense draw (the set's ``sample``)."""
+        if self.tree_ is not None:
+            return player_form(self, Exp4MP, constraint, "plugins.p_players.exp4mp:exp4mp_tree",
+                               capped=False)
         return player_form(self, Exp4MP, constraint, "plugins.p_players.exp4mp:exp4mp")
 
     def regret_bound(self, rounds: int) -> float | None:
@@ -316,6 +414,41 @@ def exp4mp_project(ps, ks, refresh, c):  # pragma: no cover - compiled
     tiny = 1e-250 * np.exp(book[0])
     if not weights_row_caps(p, w, capped, caps, kappa, gamma, book[2:], tiny):
         log_row_caps(p, log_w, capped, caps, kappa, log_kappa, gamma, book[2:])
+
+
+@njit(cache=True, error_model="numpy")
+def exp4mp_tree_step(ps, rows, losses):  # pragma: no cover - compiled
+    """``Exp4MP.observe`` with ``state="tree"``: Lines 12-15 of Algorithm 2
+    with the confidence term on the sampled rows (``confidence="sampled"``),
+    ``log w_i += eta (L_i + conf) / (k p_i)`` outside ``J_t`` with ``p_i`` of
+    this round, then the next round's projection (Lines 3-10) on the tree
+    (``tree_gain_step``). The rows are distinct (multiplicity 1). O(k log n)
+    but for a rare rebase."""
+    ms = ps.tree
+    k = ms.tree.k
+    eta, conf, gains = ps.eta, ps.conf, ps.gains
+    for j in range(rows.size):
+        i = rows[j]
+        inv = 1.0 / (k * mixed_p_of(ms, i))
+        # the arithmetic of exp4mp_observe with m = 1
+        gains[j] = eta * losses[j] * inv + (eta * conf) * inv
+    tree_gain_step(ms, rows, gains)
+
+
+@njit(cache=True, error_model="numpy")
+def exp4mp_tree_propose(ps, ks, rng):  # pragma: no cover - compiled
+    """``Exp4MP.propose`` with ``state="tree"``: k distinct rows with ``P[i in
+    I_t] = k p_i`` by systematic sampling from the mixture (Line 11,
+    ``tree_mixed_sample``); batch weights ``1/k``. O(k log n)."""
+    return tree_mixed_sample(ps.tree, rng), ps.batch
+
+
+@njit(cache=True, error_model="numpy")
+def exp4mp_tree_observe(ps, ks, rows, weights, losses):  # pragma: no cover - compiled
+    """``Exp4MP.observe`` with ``state="tree"`` (``exp4mp_tree_step``); the
+    action is ``1/k`` on the sampled rows."""
+    exp4mp_tree_step(ps, rows, losses)
+    return ps.batch, rows, ps.batch
 
 
 @harness.hookimpl

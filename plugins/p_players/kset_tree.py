@@ -412,3 +412,239 @@ def tree_ix_step(ts, rows, losses, eta, gamma):  # pragma: no cover - compiled
     ts.n_capped[0] = _ix_step_into(ts.w, ts.nodes, ts.offsets, ts.sizes, rows, losses, ts.k,
                                    eta, gamma, ts.kappa, ts.capped, ts.nodes_at)
     _rebase_if_due(ts)
+
+
+# ---------------------------------------------------------------------------
+# weights that grow by gains, mixed with uniform (EXP4.MP, Algorithm 2)
+# ---------------------------------------------------------------------------
+
+#: rebase when the largest weight climbs above exp(REBASE) (gains raise it)
+REBASE_ABOVE = REBASE
+#: a log-weight above this rebases at once: n leaves of exp(600) still sum below
+#: the largest double
+EXP_SAFE = 600.0
+
+
+class MixedTreeState(NamedTuple):
+    """The tree of ``p = (1 - gamma) q + gamma / n`` (Algorithm 2, Lines 3-10):
+    ``q`` the KL projection of the weights onto the cap ``kappa`` (Lemma C.2),
+    the capped rows at ``p_i = cap``. Read by field in the kernels.
+
+    The leaves of ``tree`` are ``exp(log_w)`` on the free rows and the
+    projection's threshold on the capped ones, so ``q_i = w_i / sum(w)`` and a
+    node's mass in ``p`` is ``(1 - gamma) sum / total + gamma leaves / n``.
+    Algorithm 2 updates the weights outside ``J_t`` only (Line 14) and projects
+    the weights afresh each round, so a capped row keeps its own log-weight in
+    ``log_w`` and gets it back in its leaf before the next projection."""
+
+    #: the tree over the leaves (``CappedWeightTree.state_``, cap ``kappa``)
+    tree: TreeState
+    #: every row's log-weight, capped or not; shifted by a constant at a rebase
+    log_w: np.ndarray
+    #: the rows capped by the last projection (``J_t``), as a mask
+    is_capped: np.ndarray
+    #: scratch of a step: the rows whose leaves change, and their node indices
+    touched: np.ndarray
+    touched_at: np.ndarray
+    #: the uniform mixing rate and ``p_i`` of a capped row (the set's cap)
+    gamma: float
+    cap: float
+    #: the set is the single point ``cap`` (k = n): p stays there, draws are all rows
+    point: bool
+    #: rebase when the largest leaf climbs above this (``tree.rebase_below``: falls below)
+    rebase_above: float
+
+
+def mixed_tree_state(n: int, k: int, cap: float, gamma: float) -> MixedTreeState:
+    """The uniform distribution on ``{0 <= p_i <= cap, sum p = 1}`` (k rows per
+    draw) mixed at rate ``gamma``: the tree's cap is ``kappa = (cap - gamma / n)
+    / (1 - gamma)`` (Line 5 of Algorithm 2, as ``capped_set_kappa``)."""
+    kappa = (cap - gamma / n) / (1.0 - gamma)
+    ts = CappedWeightTree(n, k, kappa).state_
+    extra = k + ts.capped.size
+    return MixedTreeState(ts, np.zeros(n), np.zeros(n, dtype=np.bool_),
+                          np.empty(extra, dtype=np.int64), np.empty(extra, dtype=np.int64),
+                          float(gamma), float(cap), bool(abs(n * cap - 1.0) <= 1e-12),
+                          math.exp(REBASE_ABOVE))
+
+
+@njit(cache=True, error_model="numpy")
+def mixed_p_of(ms, i):  # pragma: no cover - compiled
+    """``p_i`` (the leaf's share mixed with uniform; a capped row's is the cap)."""
+    if ms.point or ms.is_capped[i]:
+        return ms.cap
+    ts = ms.tree
+    total = ts.nodes[ts.offsets[ts.sizes.size - 1], 0]
+    return (1.0 - ms.gamma) * (ts.w[i] / total) + ms.gamma / ts.w.size
+
+
+@njit(cache=True, error_model="numpy")
+def mixed_tree_p(ms):  # pragma: no cover - compiled
+    """The dense ``p`` (O(n): for checkpoints, not rounds)."""
+    ts = ms.tree
+    n = ts.w.size
+    p = np.empty(n)
+    if ms.point:
+        p[:] = ms.cap
+        return p
+    total = ts.nodes[ts.offsets[ts.sizes.size - 1], 0]
+    for i in range(n):
+        p[i] = (1.0 - ms.gamma) * (ts.w[i] / total) + ms.gamma / n
+    for j in range(ts.n_capped[0]):
+        p[ts.capped[j]] = ms.cap
+    return p
+
+
+@njit(cache=True, error_model="numpy")
+def _find_mixed_prefix_into(w, nodes, offsets, sizes, a, b, t, g,
+                            out):  # pragma: no cover - compiled
+    """``_find_prefix_into`` on the masses ``a w_i + b`` of the leaves: a node
+    of ``s`` leaves weighing ``sum`` has mass ``a sum + b s`` (a node spans
+    ``FANOUT^(level + 1)`` leaves, the last of a level fewer)."""
+    F = FANOUT
+    n = w.size
+    for j in range(t.size):
+        g[j] = 0
+    span = 1  # the leaves under a node one level below the current one
+    for _ in range(sizes.size - 1):
+        span *= F
+    for level in range(sizes.size - 1, 0, -1):
+        base = offsets[level - 1]
+        for j in range(t.size):
+            lo = g[j] * F
+            hi = min(lo + F, sizes[level - 1])
+            chosen = -1
+            last = lo
+            r = t[j]
+            for c in range(lo, hi):
+                s = a * nodes[base + c, 0] + b * (min((c + 1) * span, n) - c * span)
+                if s > 0.0:
+                    last = c
+                    if r < s:
+                        chosen = c
+                        break
+                    r -= s
+            if chosen < 0:  # past the total by rounding: stay at the right edge
+                chosen = last
+                r = a * nodes[base + last, 0] + b * (min((last + 1) * span, n) - last * span)
+            g[j] = chosen
+            t[j] = r
+        span //= F
+    for j in range(t.size):
+        lo = g[j] * F
+        hi = min(lo + F, n)
+        last = lo
+        found = -1
+        r = t[j]
+        for i in range(lo, hi):
+            x = a * w[i] + b
+            if x > 0.0:
+                last = i
+                if r < x:
+                    found = i
+                    break
+                r -= x
+        out[j] = found if found >= 0 else last
+
+
+@njit(cache=True, error_model="numpy")
+def _mixed_systematic(ms, u):  # pragma: no cover - compiled
+    """Systematic sampling from ``p`` at offset ``u`` into the tree's row
+    buffer: the rows whose prefix of ``p`` first exceeds ``(u + j) / k``;
+    False if two targets fell in one row (an interval longer than 1 by rounding)."""
+    ts = ms.tree
+    k, n = ts.k, ts.w.size
+    total = ts.nodes[ts.offsets[ts.sizes.size - 1], 0]
+    t = ts.targets
+    for j in range(k):
+        t[j] = (u + j) / k
+    _find_mixed_prefix_into(ts.w, ts.nodes, ts.offsets, ts.sizes, (1.0 - ms.gamma) / total,
+                            ms.gamma / n, t, ts.nodes_at, ts.rows)
+    out = ts.rows
+    j = 1
+    while j < k and out[j] > out[j - 1]:
+        j += 1
+    return j >= k
+
+
+@njit(cache=True, error_model="numpy")
+def tree_mixed_sample(ms, rng):  # pragma: no cover - compiled
+    """The draw of Algorithm 2, Line 11, by systematic sampling (Madow) from
+    the mixture ``p``: k descents, ``P[i in I_t] = k p_i``; redrawn (one more
+    uniform each) while two targets fall in one row. The rows, sorted, are
+    written into the tree's row buffer, which is returned. O(k log n)."""
+    ts = ms.tree
+    if ms.point:
+        for j in range(ts.k):
+            ts.rows[j] = j
+        return ts.rows
+    while not _mixed_systematic(ms, rng.random()):
+        pass
+    return ts.rows
+
+
+@njit(cache=True, error_model="numpy")
+def _mark_capped(ms):  # pragma: no cover - compiled
+    ts = ms.tree
+    for j in range(ts.n_capped[0]):
+        ms.is_capped[ts.capped[j]] = True
+
+
+@njit(cache=True, error_model="numpy")
+def tree_mixed_rebase(ms):  # pragma: no cover - compiled
+    """Every log-weight minus the largest, the leaves recomputed from them,
+    the tree rebuilt and projected again: ``p`` is unchanged but for a
+    rounding (the leaves are ``exp(log_w)`` before and after). O(n)."""
+    ts = ms.tree
+    log_w, w = ms.log_w, ts.w
+    high = log_w.max()
+    for i in range(w.size):
+        log_w[i] -= high
+        w[i] = math.exp(log_w[i])
+        ms.is_capped[i] = False
+    _build(w, ts.nodes, ts.offsets, ts.sizes)
+    ts.n_capped[0] = _project(w, ts.nodes, ts.offsets, ts.sizes, ts.kappa, ts.capped)
+    _mark_capped(ms)
+    ts.rebases[0] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def tree_gain_step(ms, rows, gains):  # pragma: no cover - compiled
+    """``log w_i += gains_j`` on the rows outside the capped set ``J_t``
+    (Algorithm 2, Lines 13-15: the capped rows keep their weights), then the
+    next round's projection (Lines 3-10): the capped rows' own weights back in
+    their leaves, the largest weights capped at the threshold (``_project``,
+    Lemma C.2), and a rebase when the largest leaf leaves ``[rebase_below,
+    rebase_above]`` or a log-weight passes ``EXP_SAFE``. O(k log n) but
+    for the rebase."""
+    ts = ms.tree
+    if ms.point:
+        return
+    w, log_w, is_capped, touched = ts.w, ms.log_w, ms.is_capped, ms.touched
+    m = 0
+    overflow = False
+    for j in range(rows.size):
+        i = rows[j]
+        if is_capped[i]:
+            continue
+        log_w[i] += gains[j]
+        overflow |= log_w[i] > EXP_SAFE
+        w[i] = math.exp(log_w[i])
+        touched[m] = i
+        m += 1
+    for j in range(ts.n_capped[0]):
+        i = ts.capped[j]
+        is_capped[i] = False
+        w[i] = math.exp(log_w[i])
+        overflow |= log_w[i] > EXP_SAFE
+        touched[m] = i
+        m += 1
+    if overflow:
+        tree_mixed_rebase(ms)
+        return
+    _fix_paths_into(w, ts.nodes, ts.offsets, ts.sizes, touched[:m], ms.touched_at)
+    ts.n_capped[0] = _project(w, ts.nodes, ts.offsets, ts.sizes, ts.kappa, ts.capped)
+    _mark_capped(ms)
+    top = ts.nodes[ts.offsets[ts.sizes.size - 1], 1]
+    if top > ms.rebase_above or top < ts.rebase_below:
+        tree_mixed_rebase(ms)
