@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from harness.prefetch import prefetch, prefetch_at
+from harness.prefetch import prefetch, prefetch_at, prefetch_entries
 from plugins.lib.capped import CAP_TOL  # the capping rule of every capped set
 
 #: children per tree node
@@ -111,6 +111,23 @@ def _build(w, nodes, offsets, sizes):  # pragma: no cover - compiled
             _fix_node(w, nodes, offsets, sizes, level, g)
 
 
+@njit(cache=True, inline="always")
+def _prefetch_children(nodes, base, g, m):  # pragma: no cover - compiled
+    """Prefetch the children of the nodes ``g[:m]`` (level starting at
+    ``base``), so that the descents' cache misses overlap (``harness.prefetch``)."""
+    for j in range(m):
+        for c in range(0, FANOUT, NODES_PER_LINE):
+            prefetch_at(nodes, min(base + g[j] * FANOUT + c, nodes.shape[0] - 1), 0)
+
+
+@njit(cache=True, inline="always")
+def _prefetch_leaves(w, g, m):  # pragma: no cover - compiled
+    """Prefetch the leaves under the bottom nodes ``g[:m]``."""
+    for j in range(m):
+        for c in range(0, FANOUT, LEAVES_PER_LINE):
+            prefetch(w, min(g[j] * FANOUT + c, w.size - 1))
+
+
 @njit(cache=True, error_model="numpy")
 def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover - compiled
     """For each target of ``t``, the first leaf whose inclusive prefix sum
@@ -124,9 +141,7 @@ def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover 
         g[j] = 0
     for level in range(sizes.size - 1, 0, -1):
         base = offsets[level - 1]
-        for j in range(t.size):  # every target's children load in parallel
-            for c in range(0, F, NODES_PER_LINE):
-                prefetch_at(nodes, min(base + g[j] * F + c, nodes.shape[0] - 1), 0)
+        _prefetch_children(nodes, base, g, t.size)
         for j in range(t.size):
             lo = g[j] * F
             hi = min(lo + F, sizes[level - 1])
@@ -146,9 +161,7 @@ def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover 
                 r = nodes[base + last, 0]
             g[j] = chosen
             t[j] = r
-    for j in range(t.size):
-        for c in range(0, F, LEAVES_PER_LINE):
-            prefetch(w, min(g[j] * F + c, w.size - 1))
+    _prefetch_leaves(w, g, t.size)
     for j in range(t.size):
         lo = g[j] * F
         hi = min(lo + F, w.size)
@@ -510,6 +523,7 @@ def _find_mixed_prefix_into(w, nodes, offsets, sizes, a, b, t, g,
         span *= F
     for level in range(sizes.size - 1, 0, -1):
         base = offsets[level - 1]
+        _prefetch_children(nodes, base, g, t.size)
         for j in range(t.size):
             lo = g[j] * F
             hi = min(lo + F, sizes[level - 1])
@@ -530,6 +544,7 @@ def _find_mixed_prefix_into(w, nodes, offsets, sizes, a, b, t, g,
             g[j] = chosen
             t[j] = r
         span //= F
+    _prefetch_leaves(w, g, t.size)
     for j in range(t.size):
         lo = g[j] * F
         hi = min(lo + F, n)
@@ -580,6 +595,8 @@ def tree_mixed_sample(ms, rng):  # pragma: no cover - compiled
         return ts.rows
     while not _mixed_systematic(ms, rng.random()):
         pass
+    prefetch_entries(ms.log_w, ts.rows)  # read by the step that follows
+    prefetch_entries(ms.is_capped, ts.rows)
     return ts.rows
 
 
