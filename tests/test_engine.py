@@ -33,7 +33,8 @@ STATE_ATOL = 1e-10
 
 #: p-player options that change the compiled kernel taken
 VARIANTS = {
-    "exp4mp": [[], ["p_player.confidence=sampled"]],
+    "exp4mp": [[], ["p_player.confidence=sampled"],
+               ["p_player.confidence=sampled", "p_player.state=dense"]],
     "exp_ix_m": [["p_player.state=dense"], ["p_player.state=tree"]],
     "adacvar": [["p_player.variant=authors"], ["p_player.variant=all_rows"]],
     "uniform": [[], ["p_player.action=sampled"]],
