@@ -166,8 +166,11 @@ def working_set_optimum(X: Any, y: np.ndarray, model: Any, caps: np.ndarray, rad
             stop = ""
             break
         new = np.setdiff1d(top_rows(losses, int(limits.margin * response.size)), S)
+        if new.size == 0:  # S holds the best response: the subproblem's interval is the
+            # limit, and rows below the threshold often make it better posed
+            new = np.setdiff1d(top_rows(losses, S.size + response.size), S)
         if new.size == 0:
-            stop = "no row to add (the subproblem's own interval is the limit)"
+            stop = "no row to add (S holds every row)"
             break
         if S.size + new.size > limits.rows:
             stop = f"the row limit ({limits.rows:,} rows)"
@@ -203,12 +206,14 @@ def _subproblem(X: Any, y: np.ndarray, model: Any, caps: np.ndarray, radius: flo
     Xs = np.asarray(X[S], dtype=np.float64)
     ys, cs = y[S], caps[S]
     if S.size * model.n_params <= limits.conic_size:
-        try:
-            found = optimum.solve(Xs, ys, model, cs, radius, limits.solvers, rtol,
-                                  limits.time_limit, atol)
-        except optimum.OptimumUnavailable:
-            pass
-        else:
+        # the first attempt within the tolerance, else the first certified at all: a
+        # certified interval a little wider than the tolerance still bounds OPT
+        for tol in (rtol, math.inf):
+            try:
+                found = optimum.solve(Xs, ys, model, cs, radius, limits.solvers, tol,
+                                      limits.time_limit, atol)
+            except optimum.OptimumUnavailable:
+                continue
             return np.asarray(found.w), found.lower, found.solver
     try:
         w_S, lower = smooth_subproblem(Xs, ys, model, cs, radius, w0, upper, rtol, atol)
