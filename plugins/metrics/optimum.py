@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import stream
 from harness.dual import dual_lower_bound, enclose_value
 from harness.gap import InnerSolution, certified_min, polish_strongly_convex, project_ball
 from harness.problem import Problem
@@ -80,6 +81,9 @@ class Optimum:
     #: (included in ``solve_time_s``)
     polished: bool = False
     polish_time_s: float = 0.0
+    #: a working set's final ``rows`` of ``n``, its ``rounds`` and whether the interval
+    #: ``met_tolerance`` (``plugins.metrics.working_set``); empty for a direct solve
+    working_set: dict[str, Any] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,7 +135,8 @@ def cache_key(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None,
     caps, spectrum = _set_arrays(caps, spectrum)
     h = hashlib.sha256()
     h.update(f"minimax-bench OPT v{CACHE_FORMAT}\n".encode())
-    arrays = [np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(y)]
+    _hash_rows(h, X)
+    arrays = [np.ascontiguousarray(y)]
     if spectrum is None:
         arrays.append(caps)
     for a in arrays:
@@ -144,6 +149,16 @@ def cache_key(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None,
     if mu != 0.0 or nu != 0.0:
         h.update(f"|mu={float(mu)!r}|nu={float(nu)!r}".encode())
     return h.hexdigest()
+
+
+def _hash_rows(h: Any, X: Any) -> None:
+    """Feed ``X`` as float64 rows to the hash ``h`` in row chunks (``harness.stream``),
+    so that a memory-mapped data set is never copied whole; the digest is the
+    one of ``X``'s bytes in one piece (SHA-256 is incremental)."""
+    n, d = (int(v) for v in X.shape)
+    h.update(f"{np.dtype(np.float64).str}{(n, d)}".encode())
+    for rows in stream.row_slices(n, d):
+        h.update(np.ascontiguousarray(X[rows], dtype=np.float64).data)
 
 
 def load_cached(cache_dir: Path, key: str) -> Optimum | None:

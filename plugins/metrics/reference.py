@@ -5,17 +5,26 @@ key computes nothing):
 
     reference:
       exact: auto      # auto | true | false
+      method: auto     # auto | direct | working_set
       solver: auto     # auto (Clarabel, then SCS) | CLARABEL | SCS
       max_size: 1000000
       rtol: 1.0e-5     # accept OPT if its certified interval is within
       atol: 1.0e-8     #   rtol * |OPT| + atol
       time_limit: 120  # seconds per solver attempt
       cache_dir: null  # null: $XDG_CACHE_HOME/minimax-bench, else ~/.cache/minimax-bench
+      working_set_rounds: 20        # the working set's limits: rounds,
+      working_set_rows: 1000000     #   rows of S,
+      working_set_seconds: 3600     #   seconds before a new round,
+      working_set_start: null       # and a .npy file of w to start from (null: w = 0)
 
 ``auto`` computes OPT (``plugins.metrics.optimum``: a capped set or a permutahedron
 ``P(sigma)``, its ``row_caps()`` or its ``spectrum()``) when cvxpy is installed (a
 smooth, strongly convex problem over a permutahedron does without) and
-``n * d <= max_size``; ``true`` whatever the size. OPT is cached on disk per
+``n * d <= max_size``; ``true`` whatever the size. Beyond ``max_size`` (``method:
+auto``), or always (``working_set``), OPT over a capped set of the paper's problem
+is enclosed by a working set of rows (``plugins.metrics.working_set``), its
+interval reported as it stands when a limit stops it first (``opt_status``
+``bounded``). OPT is cached on disk per
 (data, model, loss scale, K, B). The run's params gain OPT's certified interval
 (``opt_lower <= OPT <= opt``, ``opt_width``), ``opt_solver``, ``opt_status`` and
 ``opt_message``, and ``trivial_objective`` of ``w = 0`` with
@@ -42,20 +51,25 @@ from harness.context import RunView
 from harness.dual import enclose_value
 from harness.params import validate
 from harness.state import cache_root
-from plugins.metrics import optimum
+from plugins.metrics import optimum, working_set
 
 #: a trivial solution within this relative distance of OPT makes a problem nearly degenerate
 NEARLY_SOLVED = 0.05
 #: OPT's interval on a smooth, strongly convex problem is at most this times |OPT| (+ 1e-15)
 #: over a capped set (``machine_width``)
 MACHINE_WIDTH = 1e-13
+METHODS = ("auto", "direct", "working_set")
 
 PARAMS: dict[str, Param] = {
     "exact": Param(str, default="auto", choices=("auto", "true", "false"),
                    doc="compute OPT: auto (if cvxpy is installed and n*d <= max_size)"),
     "solver": Param(str, default="auto", choices=("auto", *optimum.SOLVERS),
                     doc="cvxpy solver; auto: Clarabel, then SCS"),
-    "max_size": Param(int, default=1_000_000, low=1, doc="largest n*d that auto solves"),
+    "method": Param(str, default="auto", choices=METHODS,
+                    doc="direct: one convex solve; working_set: a working set of rows (capped "
+                        "sets, mu = nu = 0); auto: direct up to max_size, then the working set"),
+    "max_size": Param(int, default=1_000_000, low=1,
+                      doc="largest n*d that auto solves directly"),
     "rtol": Param(float, default=1e-5, low=0.0, low_open=True,
                   doc="accept OPT if its certified interval is within rtol |OPT| + atol"),
     "atol": Param(float, default=1e-8, low=0.0,
@@ -63,6 +77,15 @@ PARAMS: dict[str, Param] = {
     "time_limit": Param(float, default=120.0, low=0.0, low_open=True,
                         doc="seconds per solver attempt"),
     "cache_dir": Param(str, nullable=True, doc="where OPT records are kept"),
+    "working_set_rounds": Param(int, default=20, low=1,
+                                doc="the working set's largest number of rounds"),
+    "working_set_rows": Param(int, default=1_000_000, low=1,
+                              doc="the working set's largest number of rows"),
+    "working_set_seconds": Param(float, default=3600.0, low=0.0, low_open=True,
+                                 doc="no new round of the working set after this many seconds"),
+    "working_set_start": Param(str, nullable=True,
+                               doc="a .npy file of w (e.g. an algorithm's best iterate) "
+                                   "the working set starts from; null: w = 0"),
 }
 
 
@@ -100,36 +123,55 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
         return "skipped", (f"the constraint set '{parts.constraint.name}' is neither of the form "
                            "{0 <= p_i <= c_i, sum p = 1} (row_caps) nor a permutahedron "
                            "(spectrum)"), None
-    if conf["exact"] == "auto" and n * d > conf["max_size"]:
-        return "skipped", (f"n*d = {n * d:,} exceeds reference.max_size = "
-                           f"{conf['max_size']:,} (set reference.exact=true to solve anyway)"), None
-    X = np.asarray(X[0:n], dtype=np.float64)  # memmaps and row-sliced stores alike
     problem = parts.problem
+    method = choose_method(conf, n * d, caps is not None, problem.mu, problem.nu)
+    if method != "direct" and method != "working_set":
+        return "skipped", method, None
     radius = float(problem.radius)
     # the paper's problem (mu = nu = 0) hashes no mu, nu (its records: CACHE_FORMAT's)
     reg = {"mu": problem.mu, "nu": problem.nu} if problem.mu or problem.nu else {}
     # a capped set (the superquantile's too) hashes its caps as before spectra existed
     form = {} if spectrum is None else {"spectrum": spectrum}
-    key = optimum.cache_key(X, y, model, caps, radius, **reg, **form)
+    key = optimum.cache_key(X, y, model, caps, radius, **reg, **form)  # streamed over X
     cache_dir = Path(conf["cache_dir"]).expanduser() if conf["cache_dir"] else default_cache_dir()
     cached = optimum.load_cached(cache_dir, key)
-    if cached is not None:
-        return "cached", f"from {cache_dir / f'opt-{key}.json'}", cached
-    # a smooth, strongly convex F over a permutahedron has a path without cvxpy
-    smooth_spectral = (spectrum is not None
-                       and optimum.smooth_and_strongly_convex(problem.mu, problem.nu))
-    if not smooth_spectral and not _cvxpy_installed():
-        if conf["exact"] == "auto":
-            return "skipped", "cvxpy is not installed (pip install 'minimax-bench[exact]')", None
-        raise ConfigError("reference.exact=true needs cvxpy: pip install 'minimax-bench[exact]'.")
-    solvers = optimum.SOLVERS if conf["solver"] == "auto" else (conf["solver"],)
-    try:
-        found = optimum.solve(X, y, model, caps, radius, solvers, conf["rtol"],
-                              conf["time_limit"], conf["atol"], **reg, **form)
-    except optimum.OptimumUnavailable as err:
-        warnings.warn(f"minimax-bench: exact optimum unavailable: {err}", RuntimeWarning,
-                      stacklevel=2)
-        return "failed", str(err), None
+    start = _start_w(conf, model.n_params)
+    if cached is not None and cached.working_set and not _within(cached, conf):
+        # a working set stopped by a limit: grow it again from its best w
+        start = np.asarray(cached.w) if start is None else start
+    elif cached is not None:
+        return "cached", f"from {cache_dir / f'opt-{key}.json'}{_about_set(cached)}", cached
+    if method == "working_set":
+        limits = working_set.Limits(
+            rounds=conf["working_set_rounds"], rows=conf["working_set_rows"],
+            seconds=conf["working_set_seconds"], start=start, time_limit=conf["time_limit"],
+            solvers=optimum.SOLVERS if conf["solver"] == "auto" else (conf["solver"],))
+        try:
+            found = working_set.working_set_optimum(X, y, model, caps, radius, conf["rtol"],
+                                                    conf["atol"], limits)
+        except optimum.OptimumUnavailable as err:
+            warnings.warn(f"minimax-bench: exact optimum unavailable: {err}", RuntimeWarning,
+                          stacklevel=2)
+            return "failed", str(err), None
+    else:
+        X = np.asarray(X[0:n], dtype=np.float64)  # memmaps and row-sliced stores alike
+        # a smooth, strongly convex F over a permutahedron has a path without cvxpy
+        smooth_spectral = (spectrum is not None
+                           and optimum.smooth_and_strongly_convex(problem.mu, problem.nu))
+        if not smooth_spectral and not _cvxpy_installed():
+            if conf["exact"] == "auto":
+                return "skipped", ("cvxpy is not installed (pip install "
+                                   "'minimax-bench[exact]')"), None
+            raise ConfigError("reference.exact=true needs cvxpy: pip install "
+                              "'minimax-bench[exact]'.")
+        solvers = optimum.SOLVERS if conf["solver"] == "auto" else (conf["solver"],)
+        try:
+            found = optimum.solve(X, y, model, caps, radius, solvers, conf["rtol"],
+                                  conf["time_limit"], conf["atol"], **reg, **form)
+        except optimum.OptimumUnavailable as err:
+            warnings.warn(f"minimax-bench: exact optimum unavailable: {err}", RuntimeWarning,
+                          stacklevel=2)
+            return "failed", str(err), None
     about = {"dataset": parts.names.get("dataset"), "model": model.name,
              "constraint": parts.names.get("constraint"), "k": getattr(parts.constraint, "k", None),
              "radius": radius, **reg, "loss_scale": model.scale_, "n": n, "d": d,
@@ -137,7 +179,53 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
     if spectrum is not None:
         about["spectral_levels"] = int(optimum.spectral_levels(spectrum)[0].size)
     path = optimum.store(cache_dir, key, found, about)
-    return "solved", f"by {found.solver} in {found.solve_time_s:.2f} s, cached in {path}", found
+    status = "bounded" if found.status == "bounded" else "solved"
+    return status, (f"by {found.solver} in {found.solve_time_s:.2f} s, cached in {path}"
+                    f"{_about_set(found)}"), found
+
+
+def choose_method(conf: dict[str, Any], size: int, capped: bool, mu: float, nu: float) -> str:
+    """``direct`` or ``working_set`` for a problem of ``size = n * d`` entries, or the
+    reason OPT is skipped. The working set needs a capped set and the paper's
+    problem (``mu = nu = 0``): ``K_S`` inside ``K`` is what makes it certified."""
+    fits = capped and mu == 0.0 and nu == 0.0
+    too_big = size > conf["max_size"]
+    method = conf["method"]
+    if method == "auto":
+        method = "working_set" if too_big and fits else "direct"
+    if method == "working_set" and not fits:
+        return ("reference.method=working_set needs a capped set {0 <= p_i <= c_i, sum p = 1} "
+                f"and mu = nu = 0 (got {'a capped' if capped else 'a spectral'} set, "
+                f"mu={mu!r}, nu={nu!r})")
+    if method == "direct" and conf["exact"] == "auto" and too_big:
+        return (f"n*d = {size:,} exceeds reference.max_size = {conf['max_size']:,} (set "
+                "reference.exact=true to solve anyway"
+                + (", or reference.method=working_set" if fits else "") + ")")
+    return method
+
+
+def _within(found: optimum.Optimum, conf: dict[str, Any]) -> bool:
+    return found.value - found.lower <= conf["rtol"] * abs(found.value) + conf["atol"]
+
+
+def _about_set(found: optimum.Optimum) -> str:
+    """The working set's summary (its final ``|S|``, rounds and width), if one was used."""
+    return f"; {found.attempts[-1]}" if found.working_set and found.attempts else ""
+
+
+def _start_w(conf: dict[str, Any], n_params: int) -> np.ndarray | None:
+    path = conf["working_set_start"]
+    if path is None:
+        return None
+    try:
+        w = np.load(Path(path).expanduser())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"The 'working_set_start' parameter of reference must name a .npy "
+                          f"file of {n_params} floats. Got {path!r} instead ({err}).") from err
+    if w.shape != (n_params,) or not np.all(np.isfinite(w)):
+        raise ConfigError(f"The 'working_set_start' parameter of reference must name a .npy "
+                          f"file of {n_params} floats. Got shape {w.shape} in {path!r} instead.")
+    return np.asarray(w, dtype=np.float64)
 
 
 def machine_width(opt: float, n: int, capped: bool) -> float:
