@@ -70,6 +70,9 @@ class Algorithm:
     overrides: tuple[str, ...]
     family: str
     logged: tuple[tuple[str, str], ...] = ()
+    #: a round costs O(n) (RU-SGD: the set's oracle over every row's last loss, for
+    #: its action a_t): its runs are left out above ``--max-dense-work``
+    dense_rounds: bool = False
 
     def matches(self, params: Mapping[str, str]) -> bool:
         """Whether a run's params say it is this algorithm (``x=y`` of a group is
@@ -83,7 +86,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                           (("p_player.state", "tree"),)),
     "exp4mp": Algorithm(("solver=game", "p_player=exp4mp", "p_player.confidence=sampled",
                          "p_player.state=tree"), "bandit"),
-    "ru_sgd": Algorithm(("solver=game", "p_player=ru_sgd"), "stochastic"),
+    "ru_sgd": Algorithm(("solver=game", "p_player=ru_sgd"), "stochastic", dense_rounds=True),
     "sgd": Algorithm(("solver=sgd",), "stochastic"),
     "prospect": Algorithm(("solver=prospect",), "variance-reduced"),
     "lsvrg": Algorithm(("solver=lsvrg",), "variance-reduced"),
@@ -91,6 +94,12 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 #: the k forms: the value of ``constraint.level`` and how the report names it
 FORMS = {"null": "k=20", "0.01": "k=n/100"}
+#: k where ``constraint.level`` is null (the preset's ``constraint.k``)
+K_FIXED = 20
+#: default ``--max-dense-work``: rounds x n of a run whose rounds cost O(n); RU-SGD
+#: took 2.8 ms per round at n = 1e6 (140 s for a pass at k = 20), about 2.8e-9 s per
+#: row and round, so 1e12 is about 45 minutes
+MAX_DENSE_WORK = 1e12
 #: a run's final values that the report reads
 FINAL = ("objective", "wall_time_s", "passes", "checkpoint_time_total_s", "compile_time_s")
 #: metrics that are certified lower bounds on OPT at some iterate (games, solvers)
@@ -141,6 +150,30 @@ def number(value: float) -> str:
 
 def passes_text(budget: float) -> str:
     return "1 pass" if budget == 1 else f"{number(budget)} passes"
+
+
+def dense_work(n: int, budget: float, level: str) -> float:
+    """Rounds x n of a run at ``n``, ``budget`` passes and k form ``level``."""
+    k = K_FIXED if level == "null" else max(1, math.floor(float(level) * n + 1e-9))
+    return math.ceil(budget * n) / k * n
+
+
+def too_slow(grid: Grid, feasible: Mapping[str, list[tuple[float, str]]],
+             limit: float) -> dict[str, str]:
+    """The runs left out because their rounds cost O(n) and rounds x n exceeds
+    ``limit``, keyed ``algorithm budget level n=N``, with the reason."""
+    out = {}
+    for name in grid.algorithms:
+        if not ALGORITHMS[name].dense_rounds:
+            continue
+        for budget, level in feasible.get(name, []):
+            for n in grid.n:
+                work = dense_work(n, budget, level)
+                if work > limit:
+                    out[f"{name} {number(budget)} {level} n={n}"] = (
+                        f"its rounds cost O(n): rounds x n = {work:.2g} is above "
+                        f"--max-dense-work {limit:.2g} (about {work * 2.8e-9 / 3600:.2g} h)")
+    return out
 
 
 def slug(*parts: Any) -> str:
@@ -206,14 +239,20 @@ def tuning_sweeps(args: argparse.Namespace, grid: Grid,
 
 def grid_sweeps(args: argparse.Namespace, grid: Grid,
                 feasible: Mapping[str, list[tuple[float, str]]],
-                selections: Mapping[tuple[str, float, str], Mapping[str, float]]) -> list[Sweep]:
+                selections: Mapping[tuple[str, float, str], Mapping[str, Any]],
+                refused: Mapping[str, str] | None = None) -> list[Sweep]:
     """Per algorithm, budget and k form: one sweep over n at the theory step, and one
-    at the selected multipliers unless they are the theory step."""
+    at the selected multipliers unless they are the theory step; the n that
+    ``refused`` names (``too_slow``) are left out."""
     sweeps = []
-    ns = ",".join(str(n) for n in sorted(grid.n, reverse=True))
     seeds = ",".join(map(str, grid.seeds))
     for name in grid.algorithms:
         for budget, level in feasible.get(name, []):
+            kept = [n for n in sorted(grid.n, reverse=True)
+                    if f"{name} {number(budget)} {level} n={n}" not in (refused or {})]
+            if not kept:
+                continue
+            ns = ",".join(map(str, kept))
             chosen = selections.get((name, budget, level), {}).get("selected", {})
             steps = [("theory", [])]
             if any(m != 1.0 for m in chosen.values()):
@@ -224,9 +263,9 @@ def grid_sweeps(args: argparse.Namespace, grid: Grid,
                 overrides = (["--multirun", *ALGORITHMS[name].overrides, *scales, f"dataset.n={ns}",
                               f"budget_passes={number(budget)}", f"constraint.level={level}",
                               f"seed={seeds}"] + common(args, args.experiment, folder))
-                sweeps.append(Sweep(f"{name} {step} {number(budget)} passes {form_name(level)}",
-                                    name, overrides, folder, runs=len(grid.n) * len(grid.seeds),
-                                    weight=budget * max(grid.n)))
+                sweeps.append(Sweep(f"{name} {step} {passes_text(budget)} {form_name(level)}",
+                                    name, overrides, folder, runs=len(kept) * len(grid.seeds),
+                                    weight=budget * max(kept)))
     return sorted(sweeps, key=lambda s: -s.weight)
 
 
@@ -530,6 +569,7 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
     head = "| algorithm | step | " + " | ".join(f"n = {n_text(n)}" for n in ns) + " |"
     lines = [head, "|---|---|" + "---|" * len(ns)]
     notes: list[str] = []
+    missing = False
     for name, step, by_n in rows_of(cells, grid, selections, budget, level):
         chosen = selections.get((name, budget, level), {})
         label = step
@@ -540,8 +580,14 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
         row = []
         for n in ns:
             cell = by_n.get(n)
+            slow = refused.get(f"{name} {number(budget)} {level} n={n}")
+            if cell is None and slow:
+                row.append("too slow ‡")
+                notes.append(f"‡ {name} at n = {n_text(n)} not run: {slow}.")
+                continue
             if cell is None:
                 row.append("-")
+                missing = True
                 continue
             bound = bounds.get((n, level))
             value = suboptimality(cell, bound)
@@ -552,6 +598,8 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
         lines.append(f"| {name} | {label} | " + " | ".join(row) + " |")
     for name in grid.algorithms:
         reason = refused.get(f"{name} {number(budget)} {level}") or refused.get(name)
+        if reason and any(r[0] == name for r in rows_of(cells, grid, selections, budget, level)):
+            continue  # (a refusal of the whole algorithm while some of its runs exist)
         if reason:
             lines.append(f"| {name} | not run | " + " | ".join("-" for _ in ns) + " |")
             notes.append(f"{name} not run: {reason}")
@@ -559,6 +607,9 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
     lines.append("| OPT lower end | | " + " | ".join(fmt(b.lower, 6) for b in lower) + " |")
     lines.append("| interval width | | " + " | ".join(fmt(b.width, 3) for b in lower) + " |")
     lines.append("| lower end from | | " + " | ".join(b.source or "none" for b in lower) + " |")
+    if missing:
+        notes.append("-: no finished run (not run yet, or failed: see the sweep's log.txt in "
+                     "the study's sweeps/ folder).")
     if any(c.passes > budget * 1.01 for c in cells if c.budget == budget and c.level == level):
         notes.append("†: the run spent more passes than the budget (its first step needs a "
                      "whole pass).")
@@ -784,6 +835,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2, help="processes at a time (default 2)")
     parser.add_argument("--experiment", default=PRESET, help="MLflow experiment of the grid")
     parser.add_argument("--tracking-uri", help="default: sqlite:///mlflow.db here")
+    parser.add_argument("--max-dense-work", type=float, default=MAX_DENSE_WORK,
+                        help="leave out runs whose rounds cost O(n) (RU-SGD) above this many "
+                             f"rounds x n (default {MAX_DENSE_WORK:g}, about 45 min a run)")
     parser.add_argument("--no-tuning", action="store_true", help="theory steps only")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -824,6 +878,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"budgets x {len(grid.levels)} k forms at n = {grid.n0}", flush=True)
         t = time.perf_counter()
         feasible, refused = check_feasible(grid)
+        refused.update(too_slow(grid, feasible, args.max_dense_work))
         times["check"] = time.perf_counter() - t
         for key, reason in refused.items():
             print(f"crossover: leaving out {key}: {reason}", flush=True)
@@ -842,7 +897,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"crossover: phase 1 took {times['tuning']:.0f} s", flush=True)
     selections = read_selections(tunes)
     if not args.report_only:
-        grids = grid_sweeps(args, grid, feasible, selections)
+        grids = grid_sweeps(args, grid, feasible, selections, refused)
         missing = [s.label for s in tunes if not (s.folder / "tuning.json").is_file()]
         if missing and not args.dry_run:
             print(f"crossover: no selection from {missing}: their algorithms run at the "
