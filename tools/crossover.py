@@ -123,14 +123,16 @@ class Grid:
 
 
 def preset_axes() -> dict[str, list[str]]:
-    """The swept values of the preset (``hydra.sweeper.params``), as strings."""
+    """The swept values of the preset (``hydra.sweeper.params``) and its fixed k, as
+    strings."""
     from omegaconf import OmegaConf
 
     from harness.config import config_dir
 
     preset = OmegaConf.load(Path(config_dir()) / "experiment" / f"{PRESET}.yaml")
     params = preset.hydra.sweeper.params
-    return {key: [v.strip() for v in str(value).split(",")] for key, value in params.items()}
+    axes = {key: [v.strip() for v in str(value).split(",")] for key, value in params.items()}
+    return {**axes, "constraint.k": [str(preset.constraint.k)]}
 
 
 def level_text(value: Any) -> str:
@@ -851,6 +853,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def make_grid(args: argparse.Namespace) -> Grid:
     axes = preset_axes()
+    if axes["constraint.k"] != [str(K_FIXED)]:
+        raise SystemExit(f"crossover: the preset's constraint.k is {axes['constraint.k']}; "
+                         f"this tool's K_FIXED is {K_FIXED}: make them agree.")
     return Grid(
         n=[int(float(v)) for v in (args.n.split(",") if args.n else axes["dataset.n"])],
         budgets=[float(v) for v in (args.budgets.split(",") if args.budgets
