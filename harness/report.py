@@ -287,17 +287,20 @@ def read_runs(source: str | None, experiment: str, query: str = "",
     return list(found)
 
 
-def load_report(source: str | None, experiment: str, filter_string: str = "",
-                sweep: str = "latest", pm: pluggy.PluginManager | None = None,
-                ) -> tuple[dict[str, Curves], Scope]:
-    """Finished game runs of ``experiment`` in scope (``sweep``: see ``_scope``),
-    grouped by configuration label (``config_labels``), and the scope; the
-    runs come from the tracker's ``read_runs`` (``pm``: the plugin manager,
-    default the registry's)."""
+def finished_runs(source: str | None, experiment: str, filter_string: str = "",
+                  sweep: str = "latest", pm: pluggy.PluginManager | None = None,
+                  ) -> tuple[list[RunRecord], Scope, RunRecord | None]:
+    """The runs a report covers, ungrouped: the finished game runs of
+    ``experiment`` in scope (``sweep``: see ``_scope``) matching
+    ``filter_string``, without a tuning sweep's runs on its tuning seeds, one per
+    configuration and seed (the latest); with the scope and the sweep's own
+    record (None without one). For a caller that groups runs by their params
+    itself (``tools/crossover.py``); ``load_report`` groups them by label."""
     everything = read_runs(source, experiment, "", pm)
     scope = _scope(everything, sweep)
     matching = read_runs(source, experiment, filter_string, pm) if filter_string else everything
     runs = [r for r in matching if _is_game_run(r)]
+    parent = None
     if scope.sweep_id is not None:
         inside = [r for r in runs if r.sweep == scope.sweep_id]
         scope.left_out = sum(_is_game_run(r) and r.sweep != scope.sweep_id for r in everything)
@@ -313,8 +316,37 @@ def load_report(source: str | None, experiment: str, filter_string: str = "",
         raise SystemExit(f"minimax-bench-report: error: no finished runs in experiment "
                          f"{experiment!r}{where}" + (f" matching {filter_string!r}"
                                                     if filter_string else "") + ".")
+    return runs, scope, parent
+
+
+def final_value(run: RunRecord, metric: str) -> float | None:
+    """The last logged value of ``metric`` in ``run`` (None if it never logged it)."""
+    history = run.metrics.get(metric)
+    if history is None or not len(history[1]):
+        return None
+    return float(history[1][-1])
+
+
+def best_value(run: RunRecord, metric: str, pick: Any = max) -> float | None:
+    """``pick`` (``max`` or ``min``) of ``metric`` over every checkpoint of ``run``
+    (None if it never logged it): e.g. the best certified lower bound on OPT a
+    run produced, whichever iterate gave it."""
+    history = run.metrics.get(metric)
+    if history is None or not len(history[1]):
+        return None
+    return float(pick(history[1]))
+
+
+def load_report(source: str | None, experiment: str, filter_string: str = "",
+                sweep: str = "latest", pm: pluggy.PluginManager | None = None,
+                ) -> tuple[dict[str, Curves], Scope]:
+    """Finished game runs of ``experiment`` in scope (``finished_runs``),
+    grouped by configuration label (``config_labels``), and the scope; the
+    runs come from the tracker's ``read_runs`` (``pm``: the plugin manager,
+    default the registry's)."""
+    runs, scope, parent = finished_runs(source, experiment, filter_string, sweep, pm)
     preferred: frozenset[str] = frozenset()
-    if scope.sweep_id is not None:
+    if parent is not None:
         preferred = _overridden(parent.overrides)
     problems = [problem_of(r.params, r.tags) for r in runs]
     preferred |= {STEP_KEY}  # a tuning sweep's lines: the theory step and the tuned one
