@@ -99,7 +99,8 @@ class TruncatedCVaR:
     the dual gap): the oracle's answer ``argmax_{p in K} <L~, p>`` on the table
     ``L~`` of the last loss seen for each row, recomputed every ``ceil(n/b)``
     rounds (one expected pass over the data, so amortised O(b) per round);
-    the uniform distribution until the first recomputation. It does not
+    the oracle's answer on a table of zeros (a point of K on the fewest
+    rows, k on the k-set) until the first recomputation. It does not
     steer the play; it only lets the certified dual gap, valid for any
     ``a_bar`` in K, shrink as the top-k set of ``w_t`` settles.
     No regret bound is reported (this is not a no-regret p-player).
@@ -140,10 +141,18 @@ class TruncatedCVaR:
         # v_i = (n / b) c_i: the batch weight of a row above the threshold
         self.scale_ = (n / self.b_) * self.caps(constraint)
         self.seen_ = np.zeros(n)
-        # the uniform action until the first oracle call
+        # until the first oracle call, the oracle's answer on the table of
+        # zeros: a point of K on as few rows as K allows (k on the k-set), so
+        # that a round adds O(k) to a_bar, not the n of the uniform point
+        first = np.ascontiguousarray(constraint.lmo(self.seen_)[1], dtype=np.float64)
+        support = np.flatnonzero(first)
+        act_rows = np.zeros(n, dtype=np.int64)
+        act_rows[:support.size] = support
+        act_values = np.zeros(n)
+        act_values[:support.size] = first[support]
         self.state_ = RUState(self.seen_, np.ascontiguousarray(self.scale_, dtype=np.float64),
-                              np.full(n, 1.0 / n), np.arange(n), np.full(n, 1.0 / n),
-                              np.array([n]), np.zeros(1, dtype=np.int64), np.zeros(1),
+                              first, act_rows, act_values,
+                              np.array([support.size]), np.zeros(1, dtype=np.int64), np.zeros(1),
                               float(self.tau_lr_), int(self.refresh_every_), int(self.b_),
                               float(self.softplus_temperature(constraint)),
                               _register(constraint),
