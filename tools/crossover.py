@@ -70,9 +70,6 @@ class Algorithm:
     overrides: tuple[str, ...]
     family: str
     logged: tuple[tuple[str, str], ...] = ()
-    #: a round costs O(n) (RU-SGD: the set's oracle over every row's last loss, for
-    #: its action a_t): its runs are left out above ``--max-dense-work``
-    dense_rounds: bool = False
 
     def matches(self, params: Mapping[str, str]) -> bool:
         """Whether a run's params say it is this algorithm (``x=y`` of a group is
@@ -86,7 +83,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                           (("p_player.state", "tree"),)),
     "exp4mp": Algorithm(("solver=game", "p_player=exp4mp", "p_player.confidence=sampled",
                          "p_player.state=tree"), "bandit"),
-    "ru_sgd": Algorithm(("solver=game", "p_player=ru_sgd"), "stochastic", dense_rounds=True),
+    "ru_sgd": Algorithm(("solver=game", "p_player=ru_sgd"), "stochastic"),
     "sgd": Algorithm(("solver=sgd",), "stochastic"),
     "prospect": Algorithm(("solver=prospect",), "variance-reduced"),
     "lsvrg": Algorithm(("solver=lsvrg",), "variance-reduced"),
@@ -96,10 +93,6 @@ ALGORITHMS: dict[str, Algorithm] = {
 FORMS = {"null": "k=20", "0.01": "k=n/100"}
 #: k where ``constraint.level`` is null (the preset's ``constraint.k``)
 K_FIXED = 20
-#: default ``--max-dense-work``: rounds x n of a run whose rounds cost O(n); RU-SGD
-#: took 2.8 ms per round at n = 1e6 (140 s for a pass at k = 20), about 2.8e-9 s per
-#: row and round, so 1e12 is about 45 minutes
-MAX_DENSE_WORK = 1e12
 #: a run's final values that the report reads
 FINAL = ("objective", "wall_time_s", "passes", "checkpoint_time_total_s", "compile_time_s")
 #: metrics that are certified lower bounds on OPT at some iterate (games, solvers)
@@ -152,30 +145,6 @@ def number(value: float) -> str:
 
 def passes_text(budget: float) -> str:
     return "1 pass" if budget == 1 else f"{number(budget)} passes"
-
-
-def dense_work(n: int, budget: float, level: str) -> float:
-    """Rounds x n of a run at ``n``, ``budget`` passes and k form ``level``."""
-    k = K_FIXED if level == "null" else max(1, math.floor(float(level) * n + 1e-9))
-    return math.ceil(budget * n) / k * n
-
-
-def too_slow(grid: Grid, feasible: Mapping[str, list[tuple[float, str]]],
-             limit: float) -> dict[str, str]:
-    """The runs left out because their rounds cost O(n) and rounds x n exceeds
-    ``limit``, keyed ``algorithm budget level n=N``, with the reason."""
-    out = {}
-    for name in grid.algorithms:
-        if not ALGORITHMS[name].dense_rounds:
-            continue
-        for budget, level in feasible.get(name, []):
-            for n in grid.n:
-                work = dense_work(n, budget, level)
-                if work > limit:
-                    out[f"{name} {number(budget)} {level} n={n}"] = (
-                        f"its rounds cost O(n): rounds x n = {work:.2g} is above "
-                        f"--max-dense-work {limit:.2g} (about {work * 2.8e-9 / 3600:.2g} h)")
-    return out
 
 
 def slug(*parts: Any) -> str:
@@ -245,7 +214,7 @@ def grid_sweeps(args: argparse.Namespace, grid: Grid,
                 refused: Mapping[str, str] | None = None) -> list[Sweep]:
     """Per algorithm, budget and k form: one sweep over n at the theory step, and one
     at the selected multipliers unless they are the theory step; the n that
-    ``refused`` names (``too_slow``) are left out."""
+    ``refused`` names (``algorithm budget level n=N``) are left out."""
     sweeps = []
     seeds = ",".join(map(str, grid.seeds))
     for name in grid.algorithms:
@@ -837,9 +806,6 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2, help="processes at a time (default 2)")
     parser.add_argument("--experiment", default=PRESET, help="MLflow experiment of the grid")
     parser.add_argument("--tracking-uri", help="default: sqlite:///mlflow.db here")
-    parser.add_argument("--max-dense-work", type=float, default=MAX_DENSE_WORK,
-                        help="leave out runs whose rounds cost O(n) (RU-SGD) above this many "
-                             f"rounds x n (default {MAX_DENSE_WORK:g}, about 45 min a run)")
     parser.add_argument("--no-tuning", action="store_true", help="theory steps only")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -883,7 +849,6 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"budgets x {len(grid.levels)} k forms at n = {grid.n0}", flush=True)
         t = time.perf_counter()
         feasible, refused = check_feasible(grid)
-        refused.update(too_slow(grid, feasible, args.max_dense_work))
         times["check"] = time.perf_counter() - t
         for key, reason in refused.items():
             print(f"crossover: leaving out {key}: {reason}", flush=True)
