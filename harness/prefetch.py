@@ -25,7 +25,8 @@ def _call_prefetch(builder, ptr) -> None:
     i32 = ir.IntType(32)
     ptr = builder.bitcast(ptr, ir.IntType(8).as_pointer())  # one declaration for every dtype
     fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-    fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+    # named for the running LLVM by llvmlite (typed or opaque pointers)
+    fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
     builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
 
 
@@ -50,7 +51,8 @@ def prefetch(typingctx, arr, index):
 @intrinsic
 def prefetch_at(typingctx, arr, row, col):
     """Prefetch the cache line holding ``arr[row, col]`` of a 2-D array."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 2):
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(row, types.Integer)
+            and isinstance(col, types.Integer)):
         return None
     sig = types.void(arr, row, col)
 

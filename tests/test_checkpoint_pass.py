@@ -4,6 +4,8 @@ the models' ``losses_and_metrics``), and the round's prefetches
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 from numba import njit
@@ -109,3 +111,14 @@ def test_prefetches_compile_for_any_data_and_change_nothing(make):
     np.testing.assert_array_equal(X, before)
     np.testing.assert_array_equal(a, np.arange(20.0))
     assert _touch((1, 2), 3.0, np.array([1], dtype=np.int64)) == 1  # not arrays: nothing
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="reads x86 assembly")
+def test_prefetches_become_prefetch_instructions():
+    # the intrinsic is declared under the running LLVM's name for it: the
+    # compiled kernel holds x86 prefetch instructions (a no-op would hold none)
+    X, a, rows = np.ones((8, 20)), np.ones(8), np.array([1, 5], dtype=np.int64)
+    _touch(X, a, rows)
+    asm = _touch.inspect_asm(_touch.signatures[-1])
+    assert "prefetcht0" in asm
