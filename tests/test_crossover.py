@@ -9,6 +9,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -38,7 +39,7 @@ def _run(algorithm: str, n: int, budget: float, level: str, objective: float, *,
          wall: float = 1.0, seed: int = 0, d: str = "20") -> RunRecord:
     """A finished run's record as the MLflow tracker gives it: params as text, the
     final objective last in its history (an earlier, higher value before it)."""
-    game = algorithm in ("exp_ix_m", "ru_sgd")
+    game = algorithm in ("exp_ix_m", "exp4mp", "ru_sgd")
     params = {"dataset.name": "synthetic", "dataset.d": d, "dataset.n": str(n),
               "budget_passes": str(budget), "constraint.level": "None" if level == "null"
               else level, "seed": str(seed),
@@ -46,6 +47,8 @@ def _run(algorithm: str, n: int, budget: float, level: str, objective: float, *,
     if game:
         params.update({"p_player.name": algorithm, "p_player.state": "tree",
                        "p_player.eta_scale": "1.0", "w_player.lr_scale": "1.0"})
+        if algorithm == "exp4mp":
+            params["p_player.confidence"] = "sampled"
     else:
         params["solver.lr_scale"] = "1.0"
     for key, value in (scales or {}).items():
@@ -172,8 +175,11 @@ def test_summary_finds_the_crossover():
     assert "theory steps only: a bandit p-player wins at every n >= 1e3" in one
     ratio = 0.25 / 0.30  # at n = 1e4: exp_ix_m over the best of the rest (sgd tuned)
     assert f"objective is {ratio:.3g} times sgd's" in one
+    # at 0.1 passes sgd's n = 1e3 cell spent a whole pass (†): not ranked, so exp_ix_m
+    # wins there; sgd wins at n = 1e4
     tenth = blocks["0.1 passes, k=20"]
-    assert "no bandit p-player wins at any n" in tenth
+    assert "n = 1e3: exp_ix_m (theory" in tenth and "n = 1e4: sgd (theory" in tenth
+    assert "a bandit p-player wins at n = 1e3 but not at the largest n (1e4)" in tenth
     assert "1 pass, k=n/100" in blocks and "exp_ix_m (theory)" in blocks["1 pass, k=n/100"]
 
 
@@ -215,14 +221,150 @@ def test_tiny_study_end_to_end(tmp_path, monkeypatch):
     assert {p: p.stat().st_mtime_ns for p in done} == before
 
 
-def test_runs_left_out_at_one_n_are_marked_in_their_cell_and_under_the_table():
-    """A run left out at one n (a key ``algorithm budget level n=N`` of
-    ``refused``) shows "too slow" in its cell and its reason under the table."""
-    grid = xo.Grid(n=[1000, 10**6, 10**7], budgets=[1.0], levels=["null", "0.01"],
-                   algorithms=["ru_sgd", "sgd"])
-    slow = {"ru_sgd 1 null n=10000000": "its rounds cost O(n)"}
-    cells, bounds, _ = xo.collect([_run("ru_sgd", 1000, 1.0, "null", 0.3, opt=(0.1, 0.1))],
-                                  grid, {}, PROBLEM)
-    text = xo.table(cells, bounds, grid, {}, slow, 1.0, "null")
-    assert "| ru_sgd | theory | 0.2 | - | too slow ‡ |" in text
-    assert "‡ ru_sgd at n = 1e7 not run: its rounds cost O(n)" in text
+def test_a_refusal_at_one_n_is_shown_in_its_cell_and_under_the_table():
+    """A combination the harness refuses at one n only (a key ``algorithm budget
+    level n=N`` of ``refused``, as ``check_feasible`` records a game's per-n
+    refusal) shows "refused" in its cell and the harness's reason under the table;
+    its sweep leaves that n out, and a combination refused at every n has no sweep."""
+    grid = xo.Grid(n=[1000, 10**6, 10**7], budgets=[10.0], levels=["null", "0.01"],
+                   algorithms=["exp4mp", "sgd"])
+    why = "exp4mp's theory gamma needs T >= n log(n/k) / k (Theorem 4.1)"
+    refused = {"exp4mp 10 null n=10000000": why}
+    run = _run("exp4mp", 1000, 10.0, "null", 0.3, opt=(0.1, 0.1))
+    cells, bounds, _ = xo.collect([run], grid, {}, PROBLEM)
+    text = xo.table(cells, bounds, grid, {}, refused, 10.0, "null")
+    assert "| exp4mp | theory | 0.2 | - | refused ‡ |" in text
+    assert f"‡ exp4mp at n = 1e7 refused by the harness: {why}" in text
+    # with no run yet, the refused cell still shows
+    empty = xo.table([], {}, grid, {}, refused, 10.0, "null")
+    assert "| exp4mp | theory | - | - | refused ‡ |" in empty
+    # the grid sweep leaves n = 1e7 out; refused at every n: no sweep at all
+    args = SimpleNamespace(out=Path("/nowhere"), experiment="crossover", tracking_uri=None)
+    feasible = {"exp4mp": [(10.0, "null")]}
+    sweeps = xo.grid_sweeps(args, grid, feasible, {}, refused)
+    assert [o for o in sweeps[0].overrides if o.startswith("dataset.n=")] == [
+        "dataset.n=1000000,1000"]
+    everywhere = {f"exp4mp 10 null n={n}": why for n in grid.n}
+    assert xo.grid_sweeps(args, grid, feasible, {}, everywhere) == []
+
+
+def test_check_feasible_prepares_games_at_every_n(monkeypatch):
+    """``check_feasible`` prepares a game accepted at the smallest n at every other n
+    too, and records a refusal there per n; a whole-algorithm solver is prepared at
+    the smallest n only."""
+    import harness
+
+    prepared = []
+
+    def compose(overrides, quiet=True):
+        return dict(o.split("=", 1) for o in overrides)
+
+    def prepare(cfg):
+        prepared.append((cfg.get("solver"), int(cfg["dataset.n"])))
+        if cfg.get("p_player") == "exp4mp" and int(cfg["dataset.n"]) > 10**5:
+            raise harness.ConfigError("gamma > 1: T below n log(n/k) / k (Theorem 4.1)")
+        return object()
+
+    monkeypatch.setattr(harness, "compose", compose)
+    monkeypatch.setattr(harness, "prepare", prepare)
+    grid = xo.Grid(n=[1000, 10**6, 10**5], budgets=[10.0], levels=["null"],
+                   algorithms=["exp4mp", "sgd"])
+    feasible, refused = xo.check_feasible(grid, progress=lambda text: None)
+    assert feasible == {"exp4mp": [(10.0, "null")], "sgd": [(10.0, "null")]}
+    assert refused == {"exp4mp 10 null n=1000000":
+                       "gamma > 1: T below n log(n/k) / k (Theorem 4.1)"}
+    assert sorted(prepared) == [("game", 1000), ("game", 10**5), ("game", 10**6),
+                                ("sgd", 1000)]
+
+
+def test_a_cached_check_without_per_n_checks_is_redone():
+    """``study.json`` of an older check (no version: no per-n checks) or of another
+    grid is not reused."""
+    grid = xo.Grid(n=[1000, 10000], budgets=[1.0], levels=["null"], algorithms=["sgd"])
+    saved = {"grid": {"n": [1000, 10000], "budgets": [1.0], "levels": ["null"],
+                      "algorithms": ["sgd"], "seeds": [0]}, "feasible": {}, "refused": {}}
+    assert not xo.cached_check_valid(saved, grid)
+    assert xo.cached_check_valid({**saved, "version": xo.CHECK_VERSION}, grid)
+    other = xo.Grid(n=[1000, 10**5], budgets=[1.0], levels=["null"], algorithms=["sgd"])
+    assert not xo.cached_check_valid({**saved, "version": xo.CHECK_VERSION}, other)
+
+
+def test_an_over_budget_cell_does_not_win():
+    """A cell whose run spent more passes than its budget (the full-batch baseline
+    at 0.1 passes spends a whole pass) stays in the table (†) but is not ranked,
+    said once in the summary."""
+    grid = xo.Grid(n=[1000], budgets=[0.1], levels=["null"],
+                   algorithms=["exp_ix_m", "full_batch"])
+    runs = [_run("exp_ix_m", 1000, 0.1, "null", 0.5, opt=(0.1, 0.1)),
+            _run("full_batch", 1000, 0.1, "null", 0.2, opt=(0.1, 0.1), passes=1.0)]
+    cells, bounds, _ = xo.collect(runs, grid, {}, PROBLEM)
+    assert "| full_batch | theory | 0.1 † |" in xo.table(cells, bounds, grid, {}, {},
+                                                       0.1, "null")
+    text = xo.summary(cells, bounds, grid, {})
+    assert "n = 1e3: exp_ix_m (theory" in text and "ahead of" not in text
+    assert "full_batch (theory" not in text
+    assert text.count("left out of every ranking: full_batch at 0.1 passes") == 1
+    assert "the paper's claim holds here" in text
+
+
+def test_a_missing_competitor_suppresses_the_verdict_at_its_n():
+    """At an n where an algorithm of the grid that is not refused there has no
+    finished cell, the summary names it and gives no verdict resting on that n; an
+    algorithm refused at that n is not missing."""
+    grid = xo.Grid(n=[1000, 10000], budgets=[1.0], levels=["null"],
+                   algorithms=["exp_ix_m", "sgd"])
+    runs = [_run("exp_ix_m", 1000, 1.0, "null", 0.5, opt=(0.1, 0.1)),
+            _run("sgd", 1000, 1.0, "null", 0.3, opt=(0.1, 0.1)),
+            _run("exp_ix_m", 10000, 1.0, "null", 0.2)]  # sgd at n = 1e4: not finished
+    cells, bounds, _ = xo.collect(runs, grid, {}, PROBLEM)
+    text = xo.summary(cells, bounds, grid, {})
+    assert "n = 1e4: exp_ix_m (theory" in text and "without sgd (no finished run)" in text
+    assert "wins at every n" not in text and "claim holds" not in text
+    assert "no verdict on the paper's claim: at the largest n (1e4) there is no " \
+           "finished run of sgd" in text
+    # sgd refused at n = 1e4: exp_ix_m wins there against every algorithm that runs
+    text = xo.summary(cells, bounds, grid, {"sgd 1 null n=10000": "refused"})
+    assert "without sgd" not in text
+    assert "a bandit p-player wins at every n >= 1e4: the paper's claim holds here" in text
+    # missing at the smaller n only: the claim at the largest n holds, the crossover is open
+    runs = [_run("exp_ix_m", 1000, 1.0, "null", 0.5, opt=(0.1, 0.1)),
+            _run("exp_ix_m", 10000, 1.0, "null", 0.2),
+            _run("sgd", 10000, 1.0, "null", 0.3)]
+    cells, bounds, _ = xo.collect(runs, grid, {}, PROBLEM)
+    text = xo.summary(cells, bounds, grid, {})
+    assert "the paper's claim holds at the largest n; where the crossover lies is open " \
+           "(at n = 1e3 there is no finished run of sgd)" in text
+    assert "every n >= 1e3" not in text
+
+
+def test_a_run_of_another_k_or_problem_is_not_pooled():
+    """A run of another k than the study's (the logged, resolved ``constraint.k``),
+    radius, loss scale or split is left out of the cells and of OPT's bounds; a key
+    a run does not log does not leave it out."""
+    grid = xo.Grid(n=[1000], budgets=[1.0], levels=["null", "0.01"], algorithms=["sgd"])
+    problem = {**PROBLEM, "problem.radius": "1.0", "model.loss_scale": xo.AUTO_SCALE,
+               "dataset.split": "all"}
+
+    def run(objective, level="null", **params):
+        r = _run("sgd", 1000, 1.0, level, objective, opt=(objective, objective))
+        r.params.update({"constraint.k": "20" if level == "null" else "10",
+                         "problem.radius": "1.0", "model.loss_scale": "18.4",
+                         "model.loss_bound": "18.4", **params})
+        return r
+
+    runs = [run(0.3), run(0.4, level="0.01"),
+            run(0.01, **{"constraint.k": "50"}),        # another k at level null
+            run(0.02, level="0.01", **{"constraint.k": "20"}),  # not floor(0.01 n)
+            run(0.03, **{"problem.radius": "10.0"}),
+            run(0.04, **{"model.loss_scale": "2.0"}),
+            run(0.05, **{"dataset.split": "train"})]
+    bare = _run("sgd", 1000, 1.0, "null", 0.35)  # logs none of the new keys: kept
+    cells, bounds, left_out = xo.collect(runs + [bare], grid, {}, problem)
+    assert left_out == 5
+    by = {(c.level): c for c in cells}
+    assert by["null"].objective == pytest.approx(0.325) and by["null"].seeds == 2
+    assert by["0.01"].objective == pytest.approx(0.4)
+    assert bounds[(1000, "null")].lower == pytest.approx(0.3)
+    assert bounds[(1000, "0.01")].lower == pytest.approx(0.4)
+    assert {"constraint.k", "problem.radius", "model.loss_scale", "dataset.split"} <= (
+        set(xo.PROBLEM_KEYS) | {"constraint.k"})

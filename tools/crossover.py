@@ -23,11 +23,14 @@ unless ``--n``, ``--budgets``, ``--levels`` say otherwise; the algorithms are
 3. **Report** (``report/`` in ``--out``; ``crossover_report``): final certified
    suboptimality against n, tables and figures, and who wins where.
 
-Before phase 1, every (algorithm, budget, k form) is prepared once at the smallest
-n: a combination the harness refuses (Prospect and LSVRG spend a pass before
-their first step, so 0.1 passes is below their budget; a p-player option that
-does not exist yet) is left out of every phase with its refusal, and the report
-says so.
+Before phase 1, every (algorithm, budget, k form) is prepared at the smallest n,
+and every game accepted there at each other n too (nothing recorded; a few seconds
+at n = 1e7): a combination the harness refuses (Prospect and LSVRG spend a pass
+before their first step, so 0.1 passes is below their budget; a p-player option
+that does not exist) is left out of every phase with its refusal, and an n where a
+game's p-player refuses the horizon (OL-EXP.4M's theory gamma needs T >= n log(n/k)
+/ k: refused at 10 passes, k = 20 from n of about 4.4e5 on) is left out of that
+sweep; the report says so. ``study.json`` keeps the check for ``--report-only``.
 
 Resumable: every sweep runs with ``resume=true`` in a folder of ``--out`` named
 after it, so a relaunch with the same arguments reuses the tracked FINISHED runs
@@ -220,7 +223,7 @@ def grid_sweeps(args: argparse.Namespace, grid: Grid,
     for name in grid.algorithms:
         for budget, level in feasible.get(name, []):
             kept = [n for n in sorted(grid.n, reverse=True)
-                    if f"{name} {number(budget)} {level} n={n}" not in (refused or {})]
+                    if refused_key(name, budget, level, n) not in (refused or {})]
             if not kept:
                 continue
             ns = ",".join(map(str, kept))
@@ -304,34 +307,94 @@ def run_all(sweeps: Sequence[Sweep], jobs: int, dry: bool = False) -> list[Sweep
     return failed
 
 
-def check_feasible(grid: Grid) -> tuple[dict[str, list[tuple[float, str]]], dict[str, str]]:
-    """Prepare each (algorithm, budget, k form) once at the smallest n, recording
-    nothing: the combinations the harness accepts, and why the others are left out
-    (keyed ``algorithm``, or ``algorithm budget level``)."""
+def is_game(name: str) -> bool:
+    """Whether the algorithm is a game (``solver=game``): its p-player's theory step
+    depends on the horizon, so it may refuse some n of a budget in passes."""
+    return "solver=game" in ALGORITHMS[name].overrides
+
+
+def refused_key(name: str, budget: float, level: str, n: int | None = None) -> str:
+    """The key of a refusal: ``algorithm budget level``, or ``... n=N`` at one n."""
+    key = f"{name} {number(budget)} {level}"
+    return key if n is None else f"{key} n={n}"
+
+
+def refusal(refused: Mapping[str, str], name: str, budget: float, level: str,
+            n: int | None = None) -> str | None:
+    """Why ``name`` does not run at this budget and k form (and n, if given); None: it runs."""
+    return (refused.get(name) or refused.get(refused_key(name, budget, level))
+            or (refused.get(refused_key(name, budget, level, n)) if n is not None else None))
+
+
+#: the version of ``study.json``'s check (2: games prepared at every n of the grid)
+CHECK_VERSION = 2
+
+
+def check_feasible(grid: Grid, progress: Any = None,
+                   ) -> tuple[dict[str, list[tuple[float, str]]], dict[str, str]]:
+    """Prepare each (algorithm, budget, k form) at the smallest n, recording nothing:
+    the combinations the harness accepts, and why the others are left out (keyed
+    ``algorithm``, or ``algorithm budget level``). A game accepted there is prepared
+    at every other n of the grid too: its p-player may refuse a horizon that depends
+    on n (OL-EXP.4M's theory gamma needs T >= n log(n/k) / k, so it is refused at
+    10 passes with k = 20 from n of about 4.4e5 on); such a refusal is keyed
+    ``algorithm budget level n=N`` and only that n is left out. A whole-algorithm
+    solver's refusals are about the budget in passes, the same at every n."""
+    import gc
+
     import harness
     from harness import ConfigError, SetupError
 
+    say_ = progress or (lambda text: print(text, flush=True))
     feasible: dict[str, list[tuple[float, str]]] = defaultdict(list)
     refused: dict[str, str] = {}
+
+    def prepare(name: str, budget: float, level: str, n: int) -> str | None:
+        """The harness's refusal of one combination at one n (None: accepted); raises
+        ``ConfigError`` if the overrides do not compose."""
+        cfg = harness.compose([f"experiment={PRESET}", *ALGORITHMS[name].overrides,
+                               f"dataset.n={n}", f"budget_passes={number(budget)}",
+                               f"constraint.level={level}"], quiet=True)
+        try:
+            prepared = harness.prepare(cfg)
+        except (ConfigError, SetupError) as err:
+            return str(err)
+        del prepared
+        gc.collect()  # close the memory-mapped data before the next n
+        return None
+
     for name in grid.algorithms:
         for budget in grid.budgets:
             for level in grid.levels:
-                overrides = [f"experiment={PRESET}", *ALGORITHMS[name].overrides,
-                             f"dataset.n={grid.n0}", f"budget_passes={number(budget)}",
-                             f"constraint.level={level}"]
                 try:  # an option that does not exist (yet): the algorithm is left out
-                    cfg = harness.compose(overrides, quiet=True)
+                    reason = prepare(name, budget, level, grid.n0)
                 except ConfigError as err:
                     refused[name] = str(err)
                     break
-                try:  # a budget the algorithm refuses: that combination is left out
-                    harness.prepare(cfg)
-                except (ConfigError, SetupError) as err:
-                    refused[f"{name} {number(budget)} {level}"] = str(err)
+                if reason is not None:  # a budget the algorithm refuses: left out
+                    refused[refused_key(name, budget, level)] = reason
                     continue
                 feasible[name].append((budget, level))
             if name in refused:
                 break
+    others = sorted((n for n in set(grid.n) if n != grid.n0), reverse=True)
+    games = [(name, budget, level) for name in grid.algorithms if is_game(name)
+             for budget, level in feasible.get(name, [])]
+    if others and games:
+        say_(f"crossover: preparing the accepted game combinations ({len(games)}) at "
+             f"n = {', '.join(map(str, others))} (each opens the data and sets up the players)")
+    for n in others:
+        for name, budget, level in games:
+            start = time.perf_counter()
+            try:
+                reason = prepare(name, budget, level, n)
+            except ConfigError as err:
+                reason = str(err)
+            seconds = time.perf_counter() - start
+            if reason is not None:
+                refused[refused_key(name, budget, level, n)] = reason
+            say_(f"  {name} {passes_text(budget)} {form_name(level)} n = {n}: "
+                 f"{'refused' if reason else 'accepted'} ({seconds:.1f} s)")
     return dict(feasible), refused
 
 
@@ -398,26 +461,64 @@ def scales_of(params: Mapping[str, str]) -> dict[str, float]:
             if k.split(".", 1)[0] in ("p_player", "w_player", "solver") and k.endswith("_scale")}
 
 
-#: the params that make the study's problem besides n and k (``study_problem``)
+#: the params that make the study's problem besides n and k (``study_problem``), as
+#: the runs log them: the resolved ball radius (``problem.radius``: the w-player's
+#: when the preset leaves it null), the loss's scale, the model's bias, the split of
+#: the rows. k is checked in ``collect`` (the logged ``constraint.k`` is the
+#: resolved k: 20, or floor(level n)); n is part of the cell's key.
 PROBLEM_KEYS = ("dataset.name", "dataset.d", "dataset.task", "dataset.hard", "dataset.seed",
-                "model.name", "problem.mu", "problem.nu")
+                "dataset.split", "model.name", "model.bias", "model.loss_scale",
+                "problem.mu", "problem.nu", "problem.radius")
+#: ``model.loss_scale`` when the preset leaves it null: the model's proved bound
+#: (logged as ``model.loss_bound``), which depends on the data, so on n
+AUTO_SCALE = "auto"
 
 
 def study_problem() -> dict[str, str]:
-    """The preset's values of ``PROBLEM_KEYS``, as the runs log them (text)."""
+    """The preset's values of ``PROBLEM_KEYS`` as the runs log them (text): the
+    params of the preset prepared at n = 1000 (nothing recorded; a second), with
+    ``model.loss_scale`` ``AUTO_SCALE`` where the preset leaves it null."""
     from omegaconf import OmegaConf
 
     import harness
 
-    cfg = harness.compose([f"experiment={PRESET}"], quiet=True)
-    out = {}
-    for key in PROBLEM_KEYS:
-        value = OmegaConf.select(cfg, key)
-        if value is not None:
-            out[key] = str(value)
-    if out.get("model.name") == "auto":
-        del out["model.name"]
+    cfg = harness.compose([f"experiment={PRESET}", "dataset.n=1000"], quiet=True)
+    params = harness.prepare(cfg).context.params
+    out = {key: str(params[key]) for key in PROBLEM_KEYS if params.get(key) is not None}
+    if OmegaConf.select(cfg, "model.loss_scale") is None:
+        out["model.loss_scale"] = AUTO_SCALE
     return out
+
+
+def same(logged: str, wanted: str) -> bool:
+    """Whether a logged param has the wanted value (text, or equal as numbers)."""
+    if logged == wanted:
+        return True
+    try:
+        return math.isclose(float(logged), float(wanted), rel_tol=1e-9, abs_tol=0.0)
+    except ValueError:
+        return logged.lower() == wanted.lower()
+
+
+def other_problem(params: Mapping[str, str], problem: Mapping[str, str]) -> bool:
+    """Whether a run's params name another problem than ``problem``'s values; a key
+    the run does not log is not held against it."""
+    for key, wanted in problem.items():
+        if key not in params:
+            continue
+        if key == "model.loss_scale" and wanted == AUTO_SCALE:
+            if "model.loss_bound" in params and not same(params[key],
+                                                         params["model.loss_bound"]):
+                return True
+        elif not same(params[key], wanted):
+            return True
+    return False
+
+
+def k_of(n: int, level: str) -> int:
+    """The k of the study at n and k form (``constraint.level``: null is K_FIXED, else
+    the k-set's ``max(1, floor(level n))``)."""
+    return K_FIXED if level == "null" else max(1, math.floor(float(level) * n + 1e-9))
 
 
 def collect(runs: Iterable[Any], grid: Grid,
@@ -436,7 +537,7 @@ def collect(runs: Iterable[Any], grid: Grid,
     left_out = 0
     for run in runs:
         p = run.params
-        if any(p.get(k) != v for k, v in (problem or {}).items()):
+        if other_problem(p, problem or {}):
             left_out += 1
             continue
         name = spec_of(p)
@@ -448,6 +549,9 @@ def collect(runs: Iterable[Any], grid: Grid,
         level = level_text(p.get("constraint.level"))
         if n not in grid.n or level not in grid.levels:
             left_out += 1
+            continue
+        if "constraint.k" in p and not same(p["constraint.k"], str(k_of(n, level))):
+            left_out += 1  # another k (e.g. constraint.k=50): another problem
             continue
         bound = bounds[(n, level)]
         lowers = [(float(p["opt_lower"]), f"OPT ({p.get('opt_solver', 'exact')})")
@@ -524,6 +628,12 @@ def rows_of(cells: Sequence[Cell], grid: Grid,
     return out
 
 
+def over_budget(cell: Cell) -> bool:
+    """Whether the cell's runs spent more passes than its budget (marked †): the
+    full-batch baseline's first step is a whole pass, so at 0.1 passes it spends 1."""
+    return cell.passes > cell.budget * 1.01
+
+
 def suboptimality(cell: Cell, bound: Bound | None) -> float | None:
     """``objective - lower end of OPT`` (a certified upper bound on objective - OPT)."""
     if bound is None or bound.lower is None:
@@ -541,7 +651,13 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
     lines = [head, "|---|---|" + "---|" * len(ns)]
     notes: list[str] = []
     missing = False
-    for name, step, by_n in rows_of(cells, grid, selections, budget, level):
+    rows = rows_of(cells, grid, selections, budget, level)
+    shown = {r[0] for r in rows}
+    # an algorithm refused at some n with no run yet still gets its row
+    rows += [(name, "theory", {}) for name in grid.algorithms if name not in shown
+             and not refusal(refused, name, budget, level)
+             and any(refused_key(name, budget, level, n) in refused for n in ns)]
+    for name, step, by_n in rows:
         chosen = selections.get((name, budget, level), {})
         label = step
         if step == "tuned":
@@ -551,10 +667,12 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
         row = []
         for n in ns:
             cell = by_n.get(n)
-            slow = refused.get(f"{name} {number(budget)} {level} n={n}")
-            if cell is None and slow:
-                row.append("too slow ‡")
-                notes.append(f"‡ {name} at n = {n_text(n)} not run: {slow}.")
+            reason = refused.get(refused_key(name, budget, level, n))
+            if cell is None and reason:
+                row.append("refused ‡")
+                note = f"‡ {name} at n = {n_text(n)} refused by the harness: {reason}"
+                if note not in notes:
+                    notes.append(note)
                 continue
             if cell is None:
                 row.append("-")
@@ -563,13 +681,13 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
             bound = bounds.get((n, level))
             value = suboptimality(cell, bound)
             text = fmt(value) if value is not None else f"objective {fmt(cell.objective)}"
-            if cell.passes > budget * 1.01:
+            if over_budget(cell):
                 text += " †"
             row.append(text)
         lines.append(f"| {name} | {label} | " + " | ".join(row) + " |")
     for name in grid.algorithms:
-        reason = refused.get(f"{name} {number(budget)} {level}") or refused.get(name)
-        if reason and any(r[0] == name for r in rows_of(cells, grid, selections, budget, level)):
+        reason = refusal(refused, name, budget, level)
+        if reason and name in shown:
             continue  # (a refusal of the whole algorithm while some of its runs exist)
         if reason:
             lines.append(f"| {name} | not run | " + " | ".join("-" for _ in ns) + " |")
@@ -581,9 +699,9 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
     if missing:
         notes.append("-: no finished run (not run yet, or failed: see the sweep's log.txt in "
                      "the study's sweeps/ folder).")
-    if any(c.passes > budget * 1.01 for c in cells if c.budget == budget and c.level == level):
+    if any(over_budget(c) for c in cells if c.budget == budget and c.level == level):
         notes.append("†: the run spent more passes than the budget (its first step needs a "
-                     "whole pass).")
+                     "whole pass); left out of the ranking in \"Who wins where\".")
     if any(b.lower is None for b in lower):
         notes.append("Where no certified lower end of OPT exists, the cell is the objective, "
                      "not a suboptimality.")
@@ -593,13 +711,29 @@ def table(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: 
 def winners(cells: Sequence[Cell], grid: Grid, budget: float, level: str,
             steps: Sequence[str]) -> dict[int, list[Cell]]:
     """Per n, the cells of ``steps`` ranked by final objective (lowest first). The
-    ranking by objective is exact: every cell of a column shares OPT's lower end."""
+    ranking by objective is exact: every cell of a column shares OPT's lower end.
+    A cell whose runs spent more passes than the budget (†) is not ranked."""
     out = {}
     for n in sorted(grid.n):
         mine = [c for c in cells if c.n == n and c.budget == budget and c.level == level
-                and c.step in steps and math.isfinite(c.objective)]
+                and c.step in steps and math.isfinite(c.objective) and not over_budget(c)]
         if mine:
             out[n] = sorted(mine, key=lambda c: (c.objective, c.algorithm, c.step))
+    return out
+
+
+def absent(cells: Sequence[Cell], grid: Grid, refused: Mapping[str, str], budget: float,
+           level: str, steps: Sequence[str]) -> dict[int, list[str]]:
+    """Per n, the algorithms of the grid that are not refused there but have no
+    finished cell of ``steps`` (a ranking without them says nothing about them)."""
+    out = {}
+    for n in sorted(grid.n):
+        have = {c.algorithm for c in cells if c.n == n and c.budget == budget
+                and c.level == level and c.step in steps}
+        lacking = [name for name in grid.algorithms if name not in have
+                   and not refusal(refused, name, budget, level, n)]
+        if lacking:
+            out[n] = lacking
     return out
 
 
@@ -607,12 +741,73 @@ def family(name: str) -> str:
     return ALGORITHMS[name].family
 
 
-def summary(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: Grid) -> str:
+def verdict_of(ranked: Mapping[int, list[Cell]], lacking: Mapping[int, list[str]]) -> str:
+    """The crossover and the paper's claim from the rankings, using only the n where
+    every competitor finished: walking down from the largest n, the bandit p-players
+    win at every n until one where another algorithm wins (the crossover) or one
+    that lacks a competitor (there the crossover is open)."""
+    ns = sorted(set(ranked) | set(lacking))
+    complete = [n for n in ns if n not in lacking]
+    wins = [n for n in complete if family(ranked[n][0].algorithm) == "bandit"]
+    open_ns = [n for n in ns if n in lacking]
+    incomplete = ("; no verdict that needs n = " + ", ".join(map(n_text, open_ns))
+                  + ", where some algorithm has no finished run") if open_ns else ""
+    largest = ns[-1]
+    if largest in lacking:
+        text = (f"no verdict on the paper's claim: at the largest n ({n_text(largest)}) "
+                f"there is no finished run of {', '.join(lacking[largest])}")
+        if wins:
+            text += (f"; among the n where every algorithm finished, a bandit p-player wins "
+                     f"at n = {', '.join(map(n_text, wins))}")
+        return text
+    tail = []
+    for n in reversed(ns):
+        if n in lacking or family(ranked[n][0].algorithm) != "bandit":
+            break
+        tail.append(n)
+    stop = next((n for n in reversed(ns) if n not in tail), None)
+    if tail and stop is not None and stop in lacking:
+        text = (f"a bandit p-player wins at every n >= {n_text(tail[-1])}: the paper's claim "
+                f"holds at the largest n; where the crossover lies is open (at n = "
+                f"{n_text(stop)} there is no finished run of {', '.join(lacking[stop])})")
+    elif tail:  # every n wins, or another algorithm wins at ``stop``: the crossover
+        text = (f"a bandit p-player wins at every n >= {n_text(tail[-1])}: the paper's claim "
+                "holds here")
+    elif wins:
+        text = (f"a bandit p-player wins at n = {', '.join(map(n_text, wins))} "
+                f"but not at the largest n ({n_text(largest)})")
+    elif open_ns:
+        text = ("no bandit p-player wins at the largest n nor at any other n where every "
+                "algorithm finished: the claim does not hold here")
+    else:
+        text = "no bandit p-player wins at any n: the claim does not hold here"
+    best_bandit = next((c for c in ranked[largest] if family(c.algorithm) == "bandit"), None)
+    best_other = next((c for c in ranked[largest] if family(c.algorithm) != "bandit"), None)
+    if best_bandit is not None and best_other is not None:
+        text += (f" (at n = {n_text(largest)}, the best bandit {best_bandit.algorithm}'s "
+                 f"objective is {best_bandit.objective / best_other.objective:.3g} times "
+                 f"{best_other.algorithm}'s)")
+    return text + ("" if tail and stop in lacking else incomplete)
+
+
+def summary(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid: Grid,
+            refused: Mapping[str, str] | None = None) -> str:
     """Who wins where, computed from the cells: per budget and k form, the best
     algorithm at each n (theory and tuned steps together, then the theory steps
     alone), the n from which a bandit p-player wins at every larger n, and whether
-    the paper's claim (bandit p-players win at large n) holds at the largest n."""
+    the paper's claim (bandit p-players win at large n) holds at the largest n.
+    Cells over their budget in passes (†) are not ranked (said once); at an n where
+    an algorithm that is not refused there has no finished cell, the missing ones
+    are named and no verdict rests on that n."""
+    refused = refused or {}
     lines = []
+    over = sorted({(c.algorithm, c.budget) for c in cells if over_budget(c)
+                   and c.budget in grid.budgets and c.level in grid.levels},
+                  key=lambda x: (x[1], x[0]))
+    if over:
+        lines += ["Cells marked † in the tables (the run spent more passes than its budget) "
+                  "are left out of every ranking: " + ", ".join(
+                      f"{name} at {passes_text(budget)}" for name, budget in over) + ".", ""]
     for budget in grid.budgets:
         for level in grid.levels:
             lines.append(f"**{passes_text(budget)}, {form_name(level)}**")
@@ -621,8 +816,14 @@ def summary(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid
                 ranked = winners(cells, grid, budget, level, steps)
                 if not ranked:
                     continue
+                lacking = absent(cells, grid, refused, budget, level, steps)
                 parts = []
-                for n, order in ranked.items():
+                for n in sorted(set(ranked) | set(lacking)):
+                    order = ranked.get(n)
+                    if not order:
+                        parts.append(f"n = {n_text(n)}: no ranking (no finished run of "
+                                     f"{', '.join(lacking[n])})")
+                        continue
                     best = order[0]
                     sub = suboptimality(best, bounds.get((n, level)))
                     text = f"n = {n_text(n)}: {best.algorithm} ({best.step}"
@@ -630,33 +831,11 @@ def summary(cells: Sequence[Cell], bounds: Mapping[tuple[int, str], Bound], grid
                     second = next((c for c in order if c.algorithm != best.algorithm), None)
                     if second is not None:  # the runner-up: the best of the other algorithms
                         text += f" ahead of {second.algorithm} ({second.step})"
+                    if n in lacking:
+                        text += f", without {', '.join(lacking[n])} (no finished run)"
                     parts.append(text)
                 lines.append(f"* {what}: " + "; ".join(parts) + ".")
-                bandit = [n for n, order in ranked.items()
-                          if family(order[0].algorithm) == "bandit"]
-                ns = list(ranked)
-                start = next((n for i, n in enumerate(ns)
-                              if all(family(ranked[m][0].algorithm) == "bandit" for m in ns[i:])),
-                             None)
-                largest = ns[-1]
-                best_bandit = next((c for c in ranked[largest]
-                                    if family(c.algorithm) == "bandit"), None)
-                best_other = next((c for c in ranked[largest]
-                                   if family(c.algorithm) != "bandit"), None)
-                if start is not None:
-                    verdict = (f"a bandit p-player wins at every n >= {n_text(start)}: the "
-                               "paper's claim holds here")
-                elif bandit:
-                    verdict = (f"a bandit p-player wins at n = {', '.join(map(n_text, bandit))} "
-                               f"but not at the largest n ({n_text(largest)})")
-                else:
-                    verdict = "no bandit p-player wins at any n: the claim does not hold here"
-                if best_bandit is not None and best_other is not None:
-                    verdict += (f" (at n = {n_text(largest)}, the best bandit "
-                                f"{best_bandit.algorithm}'s objective is "
-                                f"{best_bandit.objective / best_other.objective:.3g} times "
-                                f"{best_other.algorithm}'s)")
-                lines.append(f"  * {what}: {verdict}.")
+                lines.append(f"  * {what}: {verdict_of(ranked, lacking)}.")
             lines.append("")
     return "\n".join(lines)
 
@@ -755,7 +934,7 @@ def crossover_report(source: str | None, experiment: str, grid: Grid, out: Path,
             "any checkpoint. The interval width (best objective seen - opt_lower) says "
             "how far the suboptimalities are resolved; the ranking within a column is "
             "exact (the cells share the lower end).", "", "## Who wins where", "",
-            summary(cells, bounds, grid), ""]
+            summary(cells, bounds, grid, refused), ""]
     for budget in grid.budgets:
         for level in grid.levels:
             text += [f"## {passes_text(budget)}, {form_name(level)}", "",
@@ -840,20 +1019,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     study_file = args.out / "study.json"
     times: dict[str, float] = {}
     start = time.perf_counter()
-    if args.report_only and study_file.is_file():
-        saved = json.loads(study_file.read_text())
+    saved = json.loads(study_file.read_text()) if study_file.is_file() else {}
+    if args.report_only and cached_check_valid(saved, grid):
         feasible = {k: [(float(b), lv) for b, lv in v] for k, v in saved["feasible"].items()}
         refused = saved["refused"]
-    else:
+    else:  # a launch, or a cached check of another grid or without the per-n checks
         print(f"crossover: checking {len(grid.algorithms)} algorithms x {len(grid.budgets)} "
-              f"budgets x {len(grid.levels)} k forms at n = {grid.n0}", flush=True)
+              f"budgets x {len(grid.levels)} k forms at n = {grid.n0}, then the games "
+              "at every n", flush=True)
         t = time.perf_counter()
         feasible, refused = check_feasible(grid)
         times["check"] = time.perf_counter() - t
         for key, reason in refused.items():
             print(f"crossover: leaving out {key}: {reason}", flush=True)
-        study_file.write_text(json.dumps({"grid": asdict(grid), "feasible": feasible,
-                                          "refused": refused}, indent=1))
+        study_file.write_text(json.dumps({"version": CHECK_VERSION, "grid": asdict(grid),
+                                          "feasible": feasible, "refused": refused}, indent=1))
     tunes = tuning_sweeps(args, grid, feasible) if not args.no_tuning else []
     failed: list[Sweep] = []
     if not args.report_only:
@@ -895,6 +1075,19 @@ def main(argv: Sequence[str] | None = None) -> int:
               + "; ".join(s.label for s in failed), file=sys.stderr)
         return 1
     return 0
+
+
+def cached_check_valid(saved: Mapping[str, Any], grid: Grid) -> bool:
+    """Whether ``study.json``'s check holds for ``grid``: of this check's version
+    (older files lack the games' per-n checks) and of the same n, budgets, k forms
+    and algorithms."""
+    if saved.get("version") != CHECK_VERSION or "grid" not in saved:
+        return False
+    old = saved["grid"]
+    return (sorted(old.get("n", [])) == sorted(grid.n)
+            and sorted(map(float, old.get("budgets", []))) == sorted(grid.budgets)
+            and sorted(old.get("levels", [])) == sorted(grid.levels)
+            and sorted(old.get("algorithms", [])) == sorted(grid.algorithms))
 
 
 def joblib_installed() -> bool:
