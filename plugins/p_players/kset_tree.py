@@ -135,48 +135,10 @@ def _find_prefix_into(w, nodes, offsets, sizes, t, g, out):  # pragma: no cover 
     total), into ``out``; ``t`` is overwritten (the remainders), the node
     indices go in the scratch ``g``. The descents go level by level for all
     targets together, so their memory reads are independent and overlap (at
-    n = 1e7 the lower levels and the leaves are not in cache)."""
-    F = FANOUT
-    for j in range(t.size):
-        g[j] = 0
-    for level in range(sizes.size - 1, 0, -1):
-        base = offsets[level - 1]
-        _prefetch_children(nodes, base, g, t.size)
-        for j in range(t.size):
-            lo = g[j] * F
-            hi = min(lo + F, sizes[level - 1])
-            chosen = -1
-            last = lo
-            r = t[j]
-            for c in range(lo, hi):
-                s = nodes[base + c, 0]
-                if s > 0.0:
-                    last = c
-                    if r < s:
-                        chosen = c
-                        break
-                    r -= s
-            if chosen < 0:  # past the total by rounding: stay at the right edge
-                chosen = last
-                r = nodes[base + last, 0]
-            g[j] = chosen
-            t[j] = r
-    _prefetch_leaves(w, g, t.size)
-    for j in range(t.size):
-        lo = g[j] * F
-        hi = min(lo + F, w.size)
-        last = lo
-        found = -1
-        r = t[j]
-        for i in range(lo, hi):
-            x = w[i]
-            if x > 0.0:
-                last = i
-                if r < x:
-                    found = i
-                    break
-                r -= x
-        out[j] = found if found >= 0 else last
+    n = 1e7 the lower levels and the leaves are not in cache):
+    ``_find_mixed_prefix_into`` with the masses ``w_i`` themselves (``1 w_i + 0``:
+    the same numbers, bit for bit)."""
+    _find_mixed_prefix_into(w, nodes, offsets, sizes, 1.0, 0.0, t, g, out)
 
 
 @njit(cache=True, error_model="numpy")
@@ -511,8 +473,9 @@ def mixed_tree_p(ms):  # pragma: no cover - compiled
 @njit(cache=True, error_model="numpy")
 def _find_mixed_prefix_into(w, nodes, offsets, sizes, a, b, t, g,
                             out):  # pragma: no cover - compiled
-    """``_find_prefix_into`` on the masses ``a w_i + b`` of the leaves: a node
-    of ``s`` leaves weighing ``sum`` has mass ``a sum + b s`` (a node spans
+    """For each target of ``t``, the first leaf whose inclusive prefix of the
+    masses ``a w_i + b`` exceeds it (``_find_prefix_into``'s rules): a node of
+    ``s`` leaves weighing ``sum`` has mass ``a sum + b s`` (a node spans
     ``FANOUT^(level + 1)`` leaves, the last of a level fewer)."""
     F = FANOUT
     n = w.size
