@@ -198,3 +198,20 @@ def test_a_start_w_is_validated(tmp_path):
     np.save(bad, np.zeros(3))
     with pytest.raises(harness.ConfigError, match="working_set_start"):
         _play(_cfg(tmp_path, max_size=1000, working_set_start=str(bad)))
+
+
+def test_a_regrown_working_set_keeps_the_tighter_stored_ends():
+    # a stored bounded interval [1.0, 1.3] (w = a) and a regrowth that stopped
+    # sooner with [0.9, 1.4] (w = b): the result is [1.0, 1.3] with w = a; a
+    # regrowth that improves one end keeps it and takes the other from the store
+    def interval(lower, value, w):
+        return optimum.Optimum(value=value, lower=lower, solver="working set", status="bounded",
+                       solve_time_s=0.0, w=list(w), working_set={"rows": 10})
+
+    stored = interval(1.0, 1.3, [1.0, 2.0])
+    both = reference._tighter(interval(0.9, 1.4, [3.0, 4.0]), stored)
+    assert (both.lower, both.value, both.w) == (1.0, 1.3, [1.0, 2.0])
+    upper = reference._tighter(interval(0.95, 1.2, [5.0, 6.0]), stored)
+    assert (upper.lower, upper.value, upper.w) == (1.0, 1.2, [5.0, 6.0])
+    lower = reference._tighter(interval(1.1, 1.35, [7.0, 8.0]), stored)
+    assert (lower.lower, lower.value, lower.w) == (1.1, 1.3, [1.0, 2.0])

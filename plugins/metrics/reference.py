@@ -153,6 +153,8 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
             warnings.warn(f"minimax-bench: exact optimum unavailable: {err}", RuntimeWarning,
                           stacklevel=2)
             return "failed", str(err), None
+        if cached is not None and cached.working_set:
+            found = _tighter(found, cached)
     else:
         X = np.asarray(X[0:n], dtype=np.float64)  # memmaps and row-sliced stores alike
         # a smooth, strongly convex F over a permutahedron has a path without cvxpy
@@ -202,6 +204,18 @@ def choose_method(conf: dict[str, Any], size: int, capped: bool, mu: float, nu: 
                 "reference.exact=true to solve anyway"
                 + (", or reference.method=working_set" if fits else "") + ")")
     return method
+
+
+def _tighter(found: optimum.Optimum, cached: optimum.Optimum) -> optimum.Optimum:
+    """A regrown working set's interval intersected with the stored one: both
+    ends are certified for the same problem, so the larger lower end and the
+    smaller upper end (with its w) hold together; a regrowth that stopped
+    sooner never widens what was stored."""
+    if cached.lower > found.lower:
+        found.lower = cached.lower
+    if cached.value < found.value:
+        found.value, found.w = cached.value, list(cached.w)
+    return found
 
 
 def _within(found: optimum.Optimum, conf: dict[str, Any]) -> bool:
