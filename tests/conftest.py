@@ -55,6 +55,20 @@ def game_cfg(*overrides: str, registry: Any = None, **values: Any) -> dict[str, 
     return cfg
 
 
+class StopAt:
+    """A plugin that interrupts the game at its ``at``-th checkpoint
+    (KeyboardInterrupt; the state saved is the one before)."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.count = at, 0
+
+    @harness.hookimpl
+    def on_checkpoint(self, context, step, metrics):
+        self.count += 1
+        if self.count == self.at:
+            raise KeyboardInterrupt(f"stop at checkpoint {self.at}")
+
+
 @pytest.fixture
 def tiny_cfg() -> dict[str, Any]:
     """A cheap game: EXP4.MP vs OGD on breast cancer, k=5, 20k data points, no tracking.

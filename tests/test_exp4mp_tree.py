@@ -27,7 +27,7 @@ from plugins.p_players.kset_tree import tree_mixed_sample
 from plugins.sets.kset import KSet
 from plugins.sets.simplex import Simplex
 
-from conftest import game_cfg
+from conftest import StopAt, game_cfg
 
 #: tree against dense: the largest relative difference of p_t allowed
 P_RTOL = 1e-12
@@ -219,25 +219,16 @@ def test_an_interrupted_tree_run_resumes_to_identical_numbers(tmp_path, monkeypa
 
     monkeypatch.setattr(api, "SAVE_EVERY_S", 0.0)
 
-    class StopAt5:
-        count = 0
-
-        @harness.hookimpl
-        def on_checkpoint(self, context, step, metrics):
-            StopAt5.count += 1
-            if StopAt5.count == 5:
-                raise KeyboardInterrupt("stop after checkpoint 5")
 
     def untimed(metrics):
         return {k: v for k, v in metrics.items() if k not in harness.game.TIMING_METRICS}
 
     for path in ("compiled", "python"):
-        StopAt5.count = 0
         cfg = game_cfg(*TREE, "budget=6000", "seed=3", "checkpoints=8", "resume=true",
                        f"state_dir={tmp_path / path}", "tracking.enabled=false",
                        f"engine={path}")
         reference = harness.run({**cfg, "resume": False})
         with pytest.raises(KeyboardInterrupt):
-            harness.run(cfg, plugins=[StopAt5()])
+            harness.run(cfg, plugins=[StopAt(5)])
         assert list((tmp_path / path).glob("state-*.pkl"))
         assert untimed(harness.run(cfg)) == untimed(reference), path

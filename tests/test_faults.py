@@ -30,7 +30,7 @@ from plugins.tracking import mlflow_pending as pending_records
 from plugins.tracking.mlflow_names import core_name
 from plugins.w_players.ogd import OGD
 
-from conftest import game_cfg
+from conftest import StopAt, game_cfg
 
 # ---------------------------------------------------------------- fixtures
 
@@ -314,20 +314,12 @@ def test_every_p_player_resumes_to_identical_numbers(tmp_path, p_player, constra
     # interrupted right after its 5th checkpoint (so resumed from the 4th
     # saved state, replaying rounds); the final metrics must equal an
     # uninterrupted run's exactly (wall time aside)
-    class StopAt5:
-        count = 0
-
-        @harness.hookimpl
-        def on_checkpoint(self, context, step, metrics):
-            StopAt5.count += 1
-            if StopAt5.count == 5:
-                raise KeyboardInterrupt("stop after checkpoint 5")
 
     base = _cfg(tmp_path, p_player={"name": p_player}, budget=6000, tracking={"enabled": False},
                 constraint={"name": constraint} | ({} if constraint == "simplex" else {"k": 5}))
     reference = harness.run({**base, "resume": False})
     with pytest.raises(KeyboardInterrupt):
-        harness.run(base, plugins=[StopAt5()])
+        harness.run(base, plugins=[StopAt(5)])
     assert list((tmp_path / "state").glob("state-*.pkl"))
     final = harness.run(base)
     assert untimed(final) == untimed(reference)

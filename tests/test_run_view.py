@@ -19,6 +19,8 @@ from harness.game import TIMING_METRICS
 from plugins.metrics import reference
 from plugins.tracking import mlflow_runs, mlflow_sweeps
 
+from conftest import StopAt
+
 REPO = Path(harness.__file__).resolve().parents[1]
 
 
@@ -46,19 +48,6 @@ class Watcher:
         self.at_checkpoints.append({"step": step, "rounds": run.rounds,
                                     "data_points": run.data_points,
                                     "wall_time_s": run.wall_time_s, "metrics": dict(metrics)})
-
-
-class StopAt:
-    """Interrupts the game at its ``at``-th checkpoint (the state saved is the one before)."""
-
-    def __init__(self, at: int) -> None:
-        self.at, self.count = at, 0
-
-    @harness.hookimpl
-    def on_checkpoint(self, context, step, metrics):
-        self.count += 1
-        if self.count == self.at:
-            raise KeyboardInterrupt(f"stop at checkpoint {self.at}")
 
 
 # ---------------------------------------------------------------- the view
