@@ -358,7 +358,8 @@ def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None, rad
     ``penalty`` is the divergence of ``nu D(q || 1/n)`` (``harness.problem``).
     A spectral program larger than ``conic_size`` (``spectral_size``) is not
     given to cvxpy; where it is not, or every attempt failed, a smooth, strongly
-    convex ``F`` over a set without caps is minimised by ``solve_smooth``."""
+    convex ``F`` over a set without caps is minimised by ``solve_smooth``, which
+    such an ``F`` with the kl penalty tries first."""
     _check_regularisation(radius, mu, nu)
     penalty = _penalty_of(penalty, nu)
     caps, spectrum = _set_arrays(caps, spectrum, support)
@@ -367,10 +368,24 @@ def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None, rad
     if spectrum is not None and spectrum.size != X.shape[0]:
         raise ValueError(f"The spectrum must have one entry per row (n={X.shape[0]}). Got "
                          f"{spectrum.size} instead.")
+    if smooth and penalty == "kl":
+        # Clarabel stalls on the exponential cones of a set without caps and SCS
+        # takes a minute where L-BFGS-B and the polish take a fraction of a second
+        # (docs/algorithms.md, "f-divergence penalties"): the smooth path first
+        first = [f"{penalty} over a set without caps: {LBFGS} first"]
+        try:
+            return solve_smooth(Problem(X, y, model, _constraint(caps, spectrum, support), mu,
+                                        nu, radius, penalty), rtol, atol, first)
+        except OptimumUnavailable as err:
+            smooth, tried = False, [str(err)]
+    else:
+        tried = []
     if spectrum is not None and spectral_size(spectrum) > conic_size:
         levels = spectral_levels(spectrum)[0].size
         size = (f"the spectral program is too large for cvxpy ({levels:,} distinct levels x "
                 f"{X.shape[0]:,} rows = {spectral_size(spectrum):,} > {conic_size:,})")
+        if tried:
+            raise OptimumUnavailable("; ".join([*tried, size]))
         if not smooth:
             raise OptimumUnavailable(f"{size}, and F is not smooth and strongly convex "
                                      f"(mu={mu!r}, nu={nu!r}; L-BFGS-B and Newton's polish "
@@ -382,14 +397,16 @@ def solve(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None, rad
                              mu, nu, spectrum, penalty, support)
         except OptimumUnavailable as err:
             if not smooth:
-                raise
+                raise OptimumUnavailable("; ".join([*tried, str(err)])) from err
             outcome = [str(err)]
     if isinstance(outcome, Optimum):
+        outcome.attempts = [*tried, *outcome.attempts]
         return outcome
     if smooth:
         return solve_smooth(Problem(X, y, model, _constraint(caps, spectrum, support), mu, nu,
                                     radius, penalty), rtol, atol, outcome)
-    raise OptimumUnavailable("no solver gave a certified optimum (" + "; ".join(outcome) + ")")
+    raise OptimumUnavailable("no solver gave a certified optimum ("
+                             + "; ".join([*tried, *outcome]) + ")")
 
 
 def _conic(X: np.ndarray, y: np.ndarray, model: Any, caps: np.ndarray | None, radius: float,
