@@ -501,6 +501,31 @@ def test_kl_dual_bound_without_mu_over_a_ball():
         assert certified_gap(P, w, q).gap >= 0.0
 
 
+def test_kl_moved_mass_bounds_the_change_of_the_objective():
+    # the repair of sum q = 1 takes a residual r from row j (harness.dual._moved_mass):
+    # the objective <l, q> - nu sum_i q_i log(n q_i) then changes by exactly -r l_j -
+    # nu (g(q_j - r) - g(q_j)), g(t) = t log(n t), computed here in 60-digit
+    # arithmetic (mpmath); the bound holds for q_j from 1e-300 to 0.9, residuals of
+    # an ulp of q_j up to q_j itself (both signs where q_j - r >= 0), n = 50, nu = 0.3
+    mpmath = pytest.importorskip("mpmath")
+    from harness.dual import _moved_mass
+
+    mpmath.mp.dps = 60
+    n, nu, loss = 50, 0.3, 1.7
+
+    def g(t):
+        t = mpmath.mpf(t)
+        return mpmath.mpf(0) if t == 0 else t * mpmath.log(n * t)
+
+    for q_j in (1e-300, 1e-20, 1e-5, 0.5 / n, 1.0 / n, 0.9):
+        for r in {math.ulp(q_j), 3 * math.ulp(q_j), 1e-3 * q_j, 0.5 * q_j, q_j}:
+            for residual in (r, -r):
+                change = abs(-mpmath.mpf(residual) * loss
+                             - nu * (g(mpmath.mpf(q_j) - mpmath.mpf(residual)) - g(q_j)))
+                bound = _moved_mass(residual, 0, loss, q_j, nu, n, "kl")
+                assert bound >= change, (q_j, residual)
+
+
 # ---------------------------------------------------------------------------
 # configuration and solvers
 # ---------------------------------------------------------------------------
