@@ -36,12 +36,12 @@ taken exactly rounded (``math.fsum``) and enclosed with their rounding
 Lagrangian dual value ``tau + sum_i phi_i(L_i - tau)`` of the inner maximum,
 which bounds it from above for any ``tau``; ``q``'s own rounding is repaired
 to ``sum q = 1`` up to an ulp of one row, ``_feasible``, whose effect is
-bounded, ``_moved_mass``; the penalty's sum is enclosed term by term with
-each term's rounding, ``_penalty``). Left out of every enclosure is the rounding of each row's loss
-inside the model (a few ulps of each loss, which averages to a few ulps of
-``F``: ``tests/test_opt_polish.py`` checks the enclosure against ``F`` in
-80-bit arithmetic), and the gradient's, which moves a strong-convexity bound
-by ``||grad|| * error / mu`` (below 1e-20 of ``F`` at the floor).
+bounded, ``_moved_mass``; the penalty's sum is enclosed with each term's
+rounding, ``_penalty``). Left out of every enclosure is the rounding of each
+row's loss inside the model (a few ulps of each loss, which averages to a few
+ulps of ``F``: ``tests/test_opt_polish.py`` checks the enclosure against ``F``
+in 80-bit arithmetic), and the gradient's, which moves a strong-convexity
+bound by ``||grad|| * error / mu`` (below 1e-20 of ``F`` at the floor).
 """
 
 from __future__ import annotations

@@ -10,11 +10,13 @@ convex program through the Rockafellar-Uryasev form (Rockafellar and Uryasev
 (sigma_(j) - sigma_(j+1)) sum_largest(., j)`` over its distinct levels, solved
 by cvxpy (Clarabel, then SCS: ``ATTEMPTS``); ``F*`` of ``harness.problem``
 (``mu``, ``nu``, either penalty: chi2 or kl, the latter with exponential
-cones) likewise through the conjugates. ``certify`` accepts OPT only inside a certified
-interval ``upper - lower <= rtol * |upper| + atol``; ``polish`` narrows it by
-Newton's method when ``nu > 0`` and ``mu > 0``, and starts from scipy's
-L-BFGS-B instead of a conic solve where a spectral program is too large
-(``SPECTRAL_CONIC_SIZE``). Derivation: docs/algorithms.md, "Exact optimum".
+cones) likewise through the conjugates. ``certify`` accepts OPT only inside a
+certified interval ``upper - lower <= rtol * |upper| + atol``; ``polish``
+narrows it by Newton's method when ``nu > 0`` and ``mu > 0``, and starts from
+scipy's L-BFGS-B instead of a conic solve where a spectral program is too
+large (``SPECTRAL_CONIC_SIZE``) or the penalty is kl over a set without caps.
+Derivation: docs/algorithms.md, "Exact optimum" and "f-divergence penalties:
+chi-square and KL".
 """
 
 from __future__ import annotations
