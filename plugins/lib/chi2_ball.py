@@ -10,10 +10,10 @@ point ``proj_simplex(t v)`` or its Bregman analogue for one scalar found by a
 one-dimensional root (derivations: docs/sets.md, "The chi-square ball"):
 
 * ``sphere_point``: ``proj_simplex(t v)`` at the largest ``t <= t_max`` inside
-  the ball. ``t -> ||proj_simplex(t v) - u||`` is non-decreasing (Calamai and
-  Moré 1987, Lemma 2.2) and, with the support of the projection fixed to the
-  j largest entries, equals ``sqrt(t^2 V_j + 1/j - 1/n)`` (``V_j`` the centred
-  sum of squares of those entries): after one sort the root is exact, O(n log
+  the ball. While the support of the projection is the j largest entries,
+  ``||proj_simplex(t v) - u||^2 = t^2 V_j + 1/j - 1/n`` (``V_j`` the centred
+  sum of squares of those entries): increasing in ``t`` on each piece and
+  continuous, so non-decreasing, and after one sort the root is exact, O(n log
   n). The linear maximisation oracle (``chi2_ball_lmo``, ``t_max = inf``) and
   the Euclidean projection (``chi2_ball_euclidean``, ``t_max = 1``) are this
   point.
@@ -32,6 +32,8 @@ import math
 
 import numpy as np
 from numba import njit
+
+from plugins.lib.vecmath import vexp, vlog
 
 
 def radius_sq(n: int, radius: float) -> float:
@@ -149,21 +151,24 @@ def chi2_ball_euclidean(v: np.ndarray, r_sq: float) -> np.ndarray:
 @njit(cache=True, error_model="numpy", inline="always")
 def lambertw_exp(y):  # pragma: no cover - compiled
     """``W(e^y)``, the principal branch of Lambert's W at ``e^y``, for real ``y``
-    (``-inf`` gives 0), without forming ``e^y``: Winitzki's approximation
-    ``L (1 - log(1 + L) / (2 + L))``, ``L = log(1 + e^y)`` (within 2 %), then two
-    steps of the iteration of Fritsch, Shafer and Crowley (CACM 1973, Algorithm
-    443) on ``w + log w = y``, each raising the relative error to about its
-    fourth power: machine precision (tested against scipy's ``lambertw``)."""
-    if y < -40.0:  # W(x) = x - x^2 + O(x^3), x < 5e-18
-        x = math.exp(y)
-        return x - x * x
-    big = y + math.log1p(math.exp(-y)) if y > 0.0 else math.log1p(math.exp(y))
-    w = big * (1.0 - math.log1p(big) / (2.0 + big))
+    (``-inf`` gives 0), without forming ``e^y`` where it would overflow:
+    Winitzki's approximation ``L (1 - log(1 + L) / (2 + L))``, ``L = log(1 +
+    e^y)`` (within 2 %; ``e^y`` itself below ``y = -20``), then two steps of the
+    iteration of Fritsch, Shafer and Crowley (CACM 1973, Algorithm 443) on ``w
+    + log w = y``, each raising the relative error to about its fourth power:
+    machine precision (tested against scipy's ``lambertw``); below ``y = -40``
+    ``e^y`` itself (``W(x) = x - x^2 + ...``, and ``x < 5e-18`` is below the last
+    bit). Additions, ``vexp``, ``vlog`` and selects only
+    (``plugins.lib.vecmath``), so that a loop over it vectorises."""
+    ey = vexp(y)
+    big = max(y, 0.0) + vlog(1.0 + vexp(-abs(y)))
+    w = big * (1.0 - vlog(1.0 + big) / (2.0 + big))
+    w = ey if y < -20.0 else w
     for _ in range(2):
-        z = y - math.log(w) - w
+        z = y - vlog(w) - w
         g = 2.0 * (1.0 + w) * (1.0 + w + z * (2.0 / 3.0))
-        w *= 1.0 + z / (1.0 + w) * (g - z) / (g - 2.0 * z)
-    return w
+        w = w * (1.0 + z / (1.0 + w) * (g - z) / (g - 2.0 * z))
+    return ey if y < -40.0 else w
 
 
 @njit(cache=True, error_model="numpy")
@@ -174,13 +179,13 @@ def kl_ball_point(x, zeta, w):  # pragma: no cover - compiled
     / (1 + w_i) - G' phi)`` with ``G' = sum w / (1 + w)`` (``dw_i / d zeta = w_i
     / (1 + w_i)``). Returns ``(G, phi, d phi / d zeta)``."""
     n = x.size
+    for i in range(n):  # no reduction here: the loop vectorises
+        w[i] = lambertw_exp(x[i] + zeta)
     total = 0.0
     slope = 0.0
     for i in range(n):
-        wi = lambertw_exp(x[i] + zeta)
-        w[i] = wi
-        total += wi
-        slope += wi / (1.0 + wi)
+        total += w[i]
+        slope += w[i] / (1.0 + w[i])
     inv_n = 1.0 / n
     phi = 0.0
     tilt = 0.0
