@@ -34,12 +34,15 @@ NO_SAMPLER = "none"
 
 
 class Chi2Ball:
-    """``{q in simplex : (1/(2n)) sum_i (n q_i - 1)^2 <= radius}``: ``lmo`` and
-    ``euclidean_project`` are ``proj_simplex(t v)`` for the ``t`` that meets the
-    sphere (a sort and an exact root), ``project`` the KL projection ``q_i =
-    W(s w_i e^-eta) / s`` (Lambert's W, Newton's method on one scalar),
-    ``contains`` checks the simplex and the ball, ``support_function`` is the
-    cvxpy form of ``max_{q in K} <v, q>`` the exact optimum uses.
+    """The chi-square ball ``{q in simplex : (1/(2n)) sum_i (n q_i - 1)^2 <=
+    radius}`` around the uniform distribution (chi-square DRO).
+
+    ``lmo`` and ``euclidean_project`` are ``proj_simplex(t v)`` for the ``t``
+    that meets the sphere (a sort and an exact root), ``project`` the KL
+    projection ``q_i = W(s w_i e^-eta) / s`` (Lambert's W, Newton's method on
+    one scalar), ``contains`` checks the simplex and the ball,
+    ``support_function`` is the cvxpy form of ``max_{q in K} <v, q>`` the exact
+    optimum uses.
 
     ``k``: the fewest rows whose uniform distribution lies in K, ``ceil(n / (1 +
     2 radius))`` (the k-set's vertices ``1_I / k`` have divergence ``(n/k - 1)
