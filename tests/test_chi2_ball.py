@@ -101,9 +101,9 @@ def simplex_projection(y: np.ndarray) -> np.ndarray:
 def ray_reference(v: np.ndarray, r_sq: float, t_max: float) -> np.ndarray:
     """``proj_simplex(t v)`` at the largest ``t <= t_max`` inside the ball, by
     bisection on ``t`` (``||proj_simplex(t v) - u||`` is non-decreasing in ``t``),
-    200 halvings of ``[0, t_max]`` (``t_max = inf``: of ``[0, 1e12]``)."""
+    200 halvings of ``[0, t_max]`` (``t_max = inf``: of ``[0, 1e12 / (1 + max |v|)]``)."""
     inside = lambda t: np.sum((simplex_projection(t * v) - 1.0 / v.size) ** 2) <= r_sq  # noqa: E731
-    hi = min(t_max, 1e12)
+    hi = min(t_max, 1e12 / (1.0 + np.max(np.abs(v))))
     if inside(hi):
         return simplex_projection(hi * v)
     lo = 0.0
