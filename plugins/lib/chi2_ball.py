@@ -119,7 +119,6 @@ def sphere_point(v, order, r_sq, t_max):  # pragma: no cover - compiled
     return q, t
 
 
-
 def chi2_ball_lmo(losses: np.ndarray, r_sq: float) -> np.ndarray:
     """``argmax_{q in K} <losses, q>``. KKT with the multiplier ``lam >= 0`` of the
     ball: ``q = argmax_{simplex} <l, q> - (lam/2) ||q - u||^2 = proj_simplex(u + l /
