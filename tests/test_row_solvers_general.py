@@ -7,7 +7,7 @@ oracles (no row caps, no spectrum), so LSVRG's anchors go through
 LSVRG with the KL penalty against an optimum computed here by L-BFGS on ``F``
 written out (softmax / capped KL inner maximiser); SGD's mini-batch estimator
 on ``subset(b)`` and its KL forms (Rockafellar-Uryasev on row caps, pooling on a
-spectrum) against transcriptions; refusals."""
+spectrum) against transcriptions; both on the chi-square ball; refusals."""
 
 from __future__ import annotations
 
@@ -475,3 +475,86 @@ def test_sgd_refusals_without_caps():
     with pytest.raises(harness.ConfigError, match="'tau_lr' parameter of sgd"):
         SGD(tau_lr=0.1).setup(problem_on(ProjectionOnly(quarter, 40)), 0)
     assert SGD().setup(problem_on(ProjectionOnly(quarter, 40)), 0)["batch"] == 40
+
+
+# ---------------------------------------------------------------------------
+# the chi-square ball (plugins.sets.chi2_ball): no caps, no spectrum, subset(m)
+# ---------------------------------------------------------------------------
+
+
+def ball(n: int, radius: float):
+    from plugins.sets.chi2_ball import Chi2Ball
+
+    return Chi2Ball(n, radius)
+
+
+def f_star(problem: Problem) -> float:
+    """``min F`` by scipy's L-BFGS-B on ``Problem.value_and_grad`` (the set's own
+    projections; independent of the solvers)."""
+    res = optimize.minimize(lambda w: problem.value_and_grad(w)[:2], np.zeros(problem.n_params),
+                            jac=True, method="L-BFGS-B",
+                            options={"maxiter": 20000, "ftol": 1e-16, "gtol": 1e-12,
+                                     "maxcor": 30})
+    return float(res.fun)
+
+
+@pytest.mark.parametrize(("penalty", "nu"), [("chi2", 1.0), ("kl", 0.5)])
+def test_lsvrg_on_the_chi2_ball_reaches_the_optimum(penalty, nu):
+    # yacht n = 40, the chi-square ball of radius 0.05 (binding at the optimum), mu = 1,
+    # no ball on w, seed 3, the default step (sigma_max 1: the set offers no
+    # max_weight): after 200 passes F(w) - F* <= 1e-9 relative to F* (measured 1.1e-10
+    # and 1.0e-10), F* by L-BFGS-B on F
+    problem = problem_on(ball(40, 0.05), nu=nu, penalty=penalty, mu=1.0)
+    target = f_star(problem)
+    solver = LSVRG()
+    solver.setup(problem, 0)
+    assert solver.general_
+    solver.advance(problem, np.random.default_rng(3), 200 * problem.n)
+    assert 0.0 <= (problem.value(solver.w) - target) / target <= 1e-9
+    assert problem.constraint.contains(solver.q, atol=1e-9)
+
+
+@pytest.mark.parametrize(("penalty", "nu"), [("chi2", 1.0), ("kl", 0.5)])
+def test_sgd_on_the_chi2_ball_with_every_row_is_gradient_descent(penalty, nu):
+    # yacht n = 40, radius 0.05, mu = 1/n, ball of radius 1 on w, seed 5: with b = n the
+    # batch is every row (in the draw's order), subset(n) is the set itself and the
+    # batch's coefficient nu n / b = nu, so the constant schedule with the last iterate
+    # is projected gradient descent on F: 30 steps at lr 0.05 equal it to 1e-10
+    problem = problem_on(ball(40, 0.05), nu=nu, penalty=penalty, radius=1.0)
+    solver = SGD(lr=0.05, batch=40, schedule="constant", average=False)
+    solver.setup(problem, 0)
+    assert solver.mode_ == "subset"
+    solver.advance(problem, np.random.default_rng(5), 30 * 40)
+    w = np.zeros(problem.n_params)
+    for _ in range(30):
+        w = problem.project(w - 0.05 * problem.value_and_grad(w)[1])
+    np.testing.assert_allclose(solver.w, w, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(("penalty", "nu"), [("chi2", 1.0), ("kl", 0.5)])
+def test_sgd_on_the_chi2_ball_weighs_a_batch_as_the_authors(penalty, nu):
+    # yacht n = 40, radius 0.05, mu = 1/n, no ball on w, seed 6, batch 8, constant
+    # step 0.05, last iterate: 3 steps against a transcription whose batch weights
+    # solve, by cvxpy (Clarabel at tolerances 1e-12), max <l_b, q> - P(q) over the
+    # simplex on 8 rows with (8/2)||q - 1/8||^2 <= 0.05 (the same radius), P the
+    # authors' batch penalty: chi2 (nu n / 2)||q - 1/8||^2 (their shift cost nu n
+    # unchanged), kl nu sum q log(8 q); w within 1e-8
+    cp = pytest.importorskip("cvxpy")
+    n, b, lr, radius = 40, 8, 0.05, 0.05
+    problem = problem_on(ball(n, radius), nu=nu, penalty=penalty)
+    solver = SGD(lr=lr, batch=b, schedule="constant", average=False)
+    solver.setup(problem, 0)
+    solver.advance(problem, np.random.default_rng(6), 3 * b)
+    w = np.zeros(problem.n_params)
+    for rows in _batch_draws(np.random.default_rng(6), n, b, 3):
+        losses, grads = row_losses_grads(problem.X[rows], problem.y[rows], w)
+        q = cp.Variable(b)
+        if penalty == "chi2":
+            objective = losses @ q - 0.5 * nu * n * cp.sum_squares(q - 1.0 / b)
+        else:
+            objective = losses @ q + nu * cp.sum(cp.entr(q)) - nu * math.log(b)
+        cons = [cp.sum(q) == 1, q >= 0, 0.5 * b * cp.sum_squares(q - 1.0 / b) <= radius]
+        cp.Problem(cp.Maximize(objective), cons).solve(
+            solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+        w = w - lr * (grads.T @ q.value + problem.mu * w)
+    np.testing.assert_allclose(solver.w, w, rtol=0, atol=1e-8)
