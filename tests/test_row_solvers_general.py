@@ -16,6 +16,7 @@ import pickle
 
 import numpy as np
 import pytest
+from counting_kernels import STEP_COUNTER, Tally, instrument
 from scipy import optimize
 from scipy.special import logsumexp, softmax
 
@@ -434,6 +435,41 @@ def test_sgd_spectral_kernel_with_kl_is_the_kl_projection():
             solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
         w = w - lr * (grads.T @ q.value + problem.mu * w)
     np.testing.assert_allclose(solver.w, w, rtol=0, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------
+# counters
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("make", "penalty", "nu"), [
+    (LSVRG, "chi2", 1.0), (LSVRG, "kl", 0.5), (LSVRG, "chi2", 0.0),
+    (lambda: SGD(batch=5), "chi2", 1.0), (lambda: SGD(batch=5), "kl", 0.5),
+    (lambda: SGD(batch=5), "chi2", 0.0)])
+def test_counters_through_the_protocol_equal_the_row_kernels_calls(make, penalty, nu):
+    # ProjectionOnly of the k-set (n = 40, k = 10), ball of radius 1, seed 7 (nu = 0:
+    # weights 0 whose gradients are not formed): the template run as plain Python
+    # through counting wrappers (tests/counting_kernels.py); after setup and each
+    # target, data_points and grad_evals equal the row evaluations and gradients seen,
+    # and the compiled run has the same counters and iterate (1e-12)
+    problem = problem_on(ProjectionOnly(quarter, 40), nu=nu, radius=1.0, penalty=penalty)
+    targets = (1, 57, 300, 1000)
+    tally = Tally()
+    counted, compiled = make(), make()
+    instrument(tally, counted, problem)
+    tally.clock = lambda: int(counted.counts_[STEP_COUNTER[counted.name]]) \
+        if hasattr(counted, "counts_") else -1
+    for solver in (counted, compiled):
+        solver.setup(problem, targets[-1])
+    assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
+    rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
+    for until in targets:
+        counted.advance(problem, rng_a, until)
+        compiled.advance(problem, rng_b, until)
+        assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
+        assert (compiled.data_points, compiled.grad_evals) == (counted.data_points,
+                                                               counted.grad_evals)
+    np.testing.assert_allclose(compiled.w, counted.w, rtol=0, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------
