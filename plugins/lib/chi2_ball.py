@@ -61,29 +61,6 @@ def _finite(v: np.ndarray, what: str) -> np.ndarray:
 
 
 @njit(cache=True, error_model="numpy")
-def pull_inside(q, r_sq, support):  # pragma: no cover - compiled
-    """Mix ``q``, a point of the simplex that rounding left a hair outside the
-    ball (``phi = ||q - u||^2 > r_sq``), with the uniform distribution on the
-    rows where ``support`` is True (``||. - u||^2 = 1/m - 1/n < r_sq`` for m
-    such rows), just enough to land inside: ``||. - u||^2`` is convex along the
-    segment, so the weight ``(phi - r_sq) / (phi - 1/m + 1/n)`` on the centre
-    suffices. In place; rows off the support stay 0."""
-    n = q.size
-    inv_n = 1.0 / n
-    phi = 0.0
-    m = 0
-    for i in range(n):
-        phi += (q[i] - inv_n) ** 2
-        m += support[i]
-    if phi <= r_sq:
-        return
-    theta = min(1.0, (phi - r_sq) / (phi - (1.0 / m - inv_n)))
-    share = theta / m
-    for i in range(n):
-        q[i] = (1.0 - theta) * q[i] + (share if support[i] else 0.0)
-
-
-@njit(cache=True, error_model="numpy")
 def sphere_point(v, order, r_sq, t_max):  # pragma: no cover - compiled
     """``q = proj_simplex(t v)`` at the largest ``t`` in ``(0, t_max]`` with
     ``||q - 1/n||^2 <= r_sq``, and that ``t`` (``inf`` when the face of the
@@ -137,7 +114,6 @@ def sphere_point(v, order, r_sq, t_max):  # pragma: no cover - compiled
             q[order[i]] = inv_j
         else:
             q[order[i]] = max(t * ((v[order[i]] - top) - mean) + inv_j, 0.0)
-    pull_inside(q, r_sq, np.ones(n, dtype=np.bool_))
     return q, t
 
 
@@ -220,8 +196,9 @@ def kl_ball_root(x, r_sq, lo, hi):  # pragma: no cover - compiled
     """The KL projection onto the ball of the weights ``e^x`` whose
     normalisation lies outside it: the root ``zeta`` in ``[lo, hi]`` of
     ``phi(zeta)^(-1/2) = 1 / r`` (``phi`` non-increasing: ``kl_ball_point``), by
-    Newton's method from ``hi`` safeguarded by bisection; ``lo`` and ``hi``
-    bracket the root (``chi2_ball_kl_projection``). ``phi^(-1/2)`` is affine in
+    Newton's method from ``hi`` safeguarded by bisection, ending at a point
+    inside (on the root's upper side); ``lo`` and ``hi`` bracket the root
+    (``chi2_ball_kl_projection``). ``phi^(-1/2)`` is affine in
     ``zeta`` where the weights ``w`` are large, whence that form. Returns ``q``,
     the multiplier ``s`` and the iterations."""
     n = x.size
@@ -233,16 +210,20 @@ def kl_ball_root(x, r_sq, lo, hi):  # pragma: no cover - compiled
     while iterations < 200:
         iterations += 1
         total, phi, dphi = kl_ball_point(x, zeta, w)
-        gap = 1.0 / math.sqrt(phi) - target  # increasing in zeta
+        gap = 1.0 / math.sqrt(phi) - target  # increasing in zeta; >= 0 inside
         if gap >= 0.0:
             hi = zeta
+            if gap <= 1e-14 * target:
+                break
         else:
             lo = zeta
-        if abs(gap) <= 1e-14 * target or hi - lo <= 1e-15 * (1.0 + abs(zeta)):
+        if hi - lo <= 1e-15 * (1.0 + abs(zeta)):
             break
         slope = -0.5 * dphi / (phi * math.sqrt(phi))
         step = zeta - gap / slope if slope > 0.0 else np.nan
         zeta = step if lo < step < hi else 0.5 * (lo + hi)
+    if gap < 0.0:  # end inside: the bracket's upper end, within rounding of the root
+        total, phi, dphi = kl_ball_point(x, hi, w)
     q = np.empty(n)
     for i in range(n):
         q[i] = w[i] / total
@@ -258,7 +239,7 @@ def chi2_ball_kl_projection(log_w: np.ndarray, r_sq: float) -> np.ndarray:
     else ``s > 0`` puts ``q`` on the sphere. Writing ``zeta = log s - eta``, ``s
     q_i = W(e^(log w_i + zeta))`` and ``sum q = 1`` makes ``s`` their sum: the
     root ``zeta`` of ``||q - u|| = r`` is found by ``kl_ball_root`` in a bracket
-    from ``kl_bracket``, and ``pull_inside`` takes up the rounding. Raises
+    from ``kl_bracket``. Raises
     ValueError when fewer than ``m`` rows have positive weight and ``1/m - 1/n
     > r^2`` (no point of K is supported on them).
 
@@ -288,9 +269,7 @@ def chi2_ball_kl_projection(log_w: np.ndarray, r_sq: float) -> np.ndarray:
     if room <= 0.0 or spread == 0.0:  # only the uniform distribution on the support
         return np.where(finite, 1.0 / m, 0.0)
     lo, hi = kl_bracket(x[finite], r_sq, phi_hat, room)
-    q, _, _ = kl_ball_root(x, r_sq, lo, hi)
-    pull_inside(q, r_sq, finite)
-    return q
+    return kl_ball_root(x, r_sq, lo, hi)[0]
 
 
 def kl_bracket(x: np.ndarray, r_sq: float, phi_hat: float, room: float) -> tuple[float, float]:
