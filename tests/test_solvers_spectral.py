@@ -365,12 +365,14 @@ def test_the_pooling_path_on_the_superquantile_spectrum_is_the_capped_path(cls, 
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [Prospect, LSVRG, SGD])
-def test_a_set_with_neither_caps_nor_spectrum_is_refused(cls):
+@pytest.mark.parametrize(("cls", "needs"), [(Prospect, "row caps or a spectrum"),
+                                             (SGD, r"row caps .*, a spectrum or subset\(m\)")])
+def test_a_set_with_neither_caps_nor_spectrum_is_refused(cls, needs):
+    # (LSVRG runs on any set: tests/test_row_solvers_general.py)
     problem = spectral_problem("extremile")
     problem.constraint = Neither(problem.constraint)
     with pytest.raises(harness.ConfigError, match=rf"solver '{cls.name}' needs a constraint "
-                                                  r"set with row caps or a spectrum; 'neither'"):
+                                                  rf"set with {needs}.*; 'neither'"):
         cls().setup(problem, 0)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import harness
 from plugins.solvers.best_response import BestResponse
 from plugins.solvers.row_solver import RowSolver
+from plugins.solvers.set_form import SetForm, penalty_of, set_form
 
 
 class Prospect(RowSolver):
@@ -25,7 +26,9 @@ class Prospect(RowSolver):
     step against the best response ``q(l)`` to a table of the rows' last losses,
     with a proximal step on ``(mu/2)||w||^2`` and, with a finite radius, a
     projection onto the ball. A step costs O(p + log n)
-    (``plugins.solvers.best_response``). Default step ``1 / (c n sigma_max L +
+    (``plugins.solvers.best_response``), on row caps or a spectrum with the
+    chi-square penalty (or ``nu = 0``) only: another set, or the KL penalty, is
+    refused (``_form``). Default step ``1 / (c n sigma_max L +
     mu)``, ``sigma_max = max_i c_i``, ``c = 1`` (``row_solver.STEP_CONSTANT``).
     ``counts_``: data points, gradients, steps.
     Derivation: docs/algorithms.md, "Prospect: the step, its default and its
@@ -37,9 +40,32 @@ class Prospect(RowSolver):
     #: suite's model check asks this accuracy of it (``harness.protocols.Solver``)
     contract_accuracy: ClassVar[float] = 1e-8
     template: ClassVar[str] = "plugins.solvers.prospect_kernels"
+    #: the penalties ``D`` of ``F`` it solves: the chi-square one only (its O(log n)
+    #: best response maintains a Euclidean projection)
+    penalties: ClassVar[tuple[str, ...]] = ("chi2",)
     #: the saved state's version (``harness.state``): 2, the ``BRState`` with the
     #: set's form and its ``PoolTree`` (1: row caps only)
     state_version: ClassVar[int] = 2
+
+    def _form(self, problem: Any) -> SetForm:
+        """The set's row caps or spectrum (``set_form``), with the chi-square
+        penalty or ``nu = 0``; else a ``ConfigError``: the one-row update of
+        ``BestResponse`` maintains the Euclidean projection of ``1/n + l/(nu
+        n)`` onto those two forms (or their LMO), not a KL projection nor any
+        other set's projection."""
+        penalty, nu = penalty_of(problem), float(problem.nu)
+        if nu > 0.0 and penalty not in self.penalties:
+            raise harness.ConfigError(
+                f"The solver 'prospect' solves the chi-square shift cost only "
+                f"(problem.penalty=chi2, or nu = 0): its O(log n) update maintains the "
+                f"Euclidean projection of 1/n + l/(nu n) onto K. Got problem.penalty="
+                f"{penalty!r} with nu={nu!r}: use solver=lsvrg, sgd or full_batch.")
+        try:
+            return set_form(self.name, problem.constraint)
+        except harness.ConfigError as err:
+            raise harness.ConfigError(
+                f"{err} Prospect's O(log n) update is specific to those two forms: on "
+                "another set use solver=lsvrg, sgd or full_batch.") from err
 
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
         X, y = self._prepare(problem, budget)

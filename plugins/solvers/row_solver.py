@@ -1,7 +1,8 @@
 """What the built-in row solvers (``prospect``, ``lsvrg``, ``sgd``) share: their
 kernels, specialised per model; their inputs (the set's form,
-``plugins.solvers.set_form``: row caps or a spectrum); the default constant
-step and the counters.
+``plugins.solvers.set_form``: row caps or a spectrum, or for ``lsvrg`` and
+``sgd`` any set through ``Problem.inner``); the default constant step and the
+counters.
 
 **Kernels.** A row solver's numba kernels are a template
 (``plugins/solvers/<solver>_kernels.py``) calling the model's row roles through
@@ -14,7 +15,8 @@ kernels or, for a model without them, to ``protocol_row_loss`` and the rest over
 is smooth (``nu > 0`` or no ball); with ``nu = 0`` in a ball, at most the
 subgradient method's constant step for the budget, ``B / (n sigma_max G
 sqrt(T))`` (Nesterov 2004, Theorem 3.2.2); ``sigma_max`` the largest weight a
-point of K gives a row (the largest cap, or of the spectrum). ``lr_scale``
+point of K gives a row (the largest cap, or of the spectrum; else the set's
+``max_weight()``, else 1: ``set_form.largest_weight``). ``lr_scale``
 multiplies it (``plugins.lib.steps``); ``lr_default`` is logged unscaled;
 ``lr_smooth_`` keeps the smooth step.
 
@@ -40,12 +42,13 @@ from harness import ConfigError, Param
 from harness.engine import replaced_methods
 from harness.kernels import INTERPRETED, specialise
 from plugins.lib.steps import scale_param, scaled_step
-from plugins.solvers.set_form import ROW_CAPS, SetForm, set_form, sigma_max
+from plugins.solvers.set_form import ROW_CAPS, SetForm, largest_weight, penalty_of, set_form
 
 #: the ``lr`` parameter of every row solver
 LR_PARAM = Param(float, low=0.0, low_open=True, nullable=True,
                  doc="constant step; None: 1 / (n sigma_max L + mu), L the rows' smoothness, "
-                     "sigma_max the largest cap or spectrum entry "
+                     "sigma_max the largest cap or spectrum entry (else the set's "
+                     "max_weight(), else 1) "
                      "(nu = 0 in a ball: at most B / (n sigma_max G sqrt(steps)))")
 #: the ``lr_scale`` parameter of every row solver (``plugins.lib.steps``)
 LR_SCALE_PARAM = scale_param("lr")
@@ -180,15 +183,24 @@ class RowSolver:
         state.pop("_row_kernels", None)
         return state
 
+    def _form(self, problem: Any) -> SetForm | None:
+        """The form the solver's kernels run on (``_prepare``): the set's row
+        caps or spectrum, else a ``ConfigError`` (``set_form``). A solver that
+        also runs on the set through ``Problem.inner`` returns None there."""
+        return set_form(self.name, problem.constraint)
+
     def _prepare(self, problem: Any, steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """The set's form (``form_``; ``caps_`` the row caps, None for a
-        spectrum), ``n``, ``nu``, the rows' smoothness (the model's
-        ``row_smoothness``) and the constant step (the default, module
+        """The penalty (``penalty_``), the set's form (``form_``, ``_form``;
+        ``caps_`` the row caps, None for a spectrum or no form), ``sigma_max``
+        (``set_form.largest_weight``), ``n``, ``nu``, the rows' smoothness (the
+        model's ``row_smoothness``) and the constant step (the default, module
         docstring, for ``steps`` steps, times ``lr_scale``, unless ``lr`` is
         given); returns the kernels' ``X`` and ``y``."""
-        self.form_: SetForm = set_form(self.name, problem.constraint)
-        self.caps_ = self.form_.caps if self.form_.kind == ROW_CAPS else None
-        self.sigma_max_ = sigma_max(self.form_)
+        self.penalty_ = penalty_of(problem)
+        self.form_: SetForm | None = self._form(problem)
+        self.caps_ = (self.form_.caps if self.form_ is not None and self.form_.kind == ROW_CAPS
+                      else None)
+        self.sigma_max_ = largest_weight(problem.constraint)
         X, y = row_data(problem)
         self.n_ = X.shape[0]
         self.nu_ = float(problem.nu)

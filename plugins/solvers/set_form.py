@@ -2,7 +2,13 @@
 protocol, never its name: ``K = {0 <= q_i <= c_i, sum q = 1}`` where
 ``row_caps()`` gives the caps ``c``, else the permutahedron ``P(sigma)`` of
 ``spectrum()`` (``harness.protocols.ConstraintSet``). ``SetForm`` is the one
-record the kernels read it from (by field, branching on ``kind``)."""
+record the kernels read it from (by field, branching on ``kind``).
+
+A set of neither form, or a penalty whose best response the kernels do not
+compute (``kernel_form``), is read through ``harness.problem.Problem.inner``
+instead, by the solvers that can (``lsvrg``, ``sgd``); ``largest_weight``
+gives their default step its ``sigma_max`` from the set's ``max_weight()``
+when it has no form."""
 
 from __future__ import annotations
 
@@ -60,9 +66,31 @@ def sigma_max(form: SetForm) -> float:
 
 
 def largest_weight(constraint: Any) -> float:
-    """``sigma_max`` of ``constraint`` if it has row caps or a spectrum, else 1
-    (no point of the simplex weighs a row more)."""
+    """``sigma_max`` of ``constraint`` if it has row caps or a spectrum, else its
+    ``max_weight()`` (``max_{q in K} max_i q_i``) if it offers one, else 1 (no
+    point of the simplex weighs a row more: always valid, if loose)."""
     try:
         return sigma_max(set_form("", constraint))
     except ConfigError:
-        return 1.0
+        pass
+    offered = getattr(constraint, "max_weight", None)
+    return float(offered()) if callable(offered) else 1.0
+
+
+def penalty_of(problem: Any) -> str:
+    """The problem's divergence ``D`` of the shift cost: ``"chi2"`` or ``"kl"``."""
+    return str(getattr(problem, "penalty", "chi2"))
+
+
+def kernel_form(constraint: Any, penalty: str, nu: float) -> SetForm | None:
+    """The form the kernels compute the best response on (``best_response_dense``:
+    the Euclidean projection of ``1/n + l/(nu n)``, or the LMO at ``nu = 0``):
+    the set's row caps or spectrum, when the penalty is the chi-square one or
+    ``nu = 0``; None otherwise (the best response is then
+    ``Problem.inner``'s)."""
+    if nu > 0.0 and penalty != "chi2":
+        return None
+    try:
+        return set_form("", constraint)
+    except ConfigError:
+        return None

@@ -2,23 +2,30 @@
 literature's comparisons (Curi, Levy, Jegelka and Krause, "Adaptive Sampling
 for Stochastic Risk-Averse Learning", NeurIPS 2020, "Trunc-CVaR"; Mehta,
 Roulet, Pillutla and Harchaoui, ICLR 2024, the "SGD" of their figures),
-generalised to the chi-square shift cost ``nu > 0`` and the penalty ``mu``.
+generalised to the shift cost ``nu D(q || 1/n) > 0`` (chi-square or KL) and the
+penalty ``mu``.
 
 Dualising ``sum q = 1`` (Rockafellar and Uryasev 2000, Theorem 1, at ``nu = 0``)
 gives ``F(w) = min_tau G(w, tau)`` with
 
     G(w, tau) = (1/n) sum_i [tau + n phi_i(L_i(w) - tau)] + (mu/2) ||w||^2,
-    phi_i(z) = max_{0 <= q <= c_i} q z - (nu n/2) (q - 1/n)^2,
+    phi_i(z) = max_{0 <= q <= c_i} q z - nu d(q),
 
-an average of n jointly convex terms, so plain SGD on ``(w, tau)`` is unbiased.
-That is the form on a set with row caps. A spectral set ``P(sigma)`` without
-them takes the field's mini-batch estimator instead (ronakdm/prospect,
-``StochasticSubgradientMethod`` with ``get_batch_subgrad``): b distinct rows,
-their losses sorted, weights ``q_b`` the spectrum over b rows (smoothed when
-``nu > 0`` as the authors do: the projection of ``1/b + l_b/(nu n)`` onto
-``P(sigma_b)``), step on ``sum_j q_j grad l_j + mu w``; biased (the risk of a
-mini-batch is not an unbiased estimate of the risk), so it reaches a
-neighbourhood of the optimum only. Its kernels are the template
+``d(q) = (n/2) (q - 1/n)^2`` (chi2) or ``q log(n q)`` (kl): both divergences are
+sums over the rows. An average of n jointly convex terms, so plain SGD on ``(w,
+tau)`` is unbiased. That is the form on a set with row caps. A set without
+them takes the field's mini-batch estimator instead (ronakdm/prospect and
+ronakdm/drago, ``StochasticSubgradientMethod`` with ``get_batch_subgrad``): b
+distinct rows, weights ``q_b`` the inner maximiser of their losses over the set
+on b rows, step on ``sum_j q_j grad l_j + mu w``. On a spectral set
+``P(sigma)`` the set on b rows is ``P(sigma_b)`` and the kernel computes ``q_b``
+(the spectrum on the sorted losses; the projection of ``1/b + l_b/(nu n)``
+(chi2) or the KL projection of ``exp(l_b / nu)`` (kl)); on any other set that
+offers ``subset(b)`` (the same set over b rows), ``Problem.inner`` over
+``subset(b)`` with the authors' smoothing coefficient unchanged: ``nu n / b``
+for chi2 (their shift cost ``nu n`` on ``(1/2)||q - 1/b||^2``), ``nu`` for kl.
+Biased (the risk of a mini-batch is not an unbiased estimate of the risk), so
+it reaches a neighbourhood of the optimum only. Its kernels are the template
 ``plugins.solvers.sgd_kernels``, run on any model through the model's row roles
 (``plugins.solvers.row_solver``).
 Derivation: docs/algorithms.md, "SGD: the form, the schedules and their theorems"
@@ -27,6 +34,7 @@ and "SGD on a spectral set".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar
 
@@ -37,13 +45,17 @@ import harness
 from harness import Param
 from plugins.lib.steps import check_scale, scale_param
 from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver
-from plugins.solvers.set_form import ROW_CAPS, set_form, spectrum_form
+from plugins.solvers.set_form import ROW_CAPS, SetForm, set_form, spectrum_form
 
 #: schedule codes of the kernel
 CONSTANT, INVERSE, SQRT = 0, 1, 2
 SCHEDULES = {"constant": CONSTANT, "inverse": INVERSE, "sqrt": SQRT}
-#: the default batch on a spectral set (ronakdm/prospect's ``batch_size``)
+#: the default batch on a set without row caps (ronakdm/prospect's ``batch_size``)
 SPECTRAL_BATCH = 64
+#: how ``sgd`` reads the set (``SGD.mode_``): the Rockafellar-Uryasev form on row
+#: caps, the mini-batch estimator on a spectrum (in the kernel) or on ``subset(b)``
+#: through ``Problem.inner``
+RU, SPECTRAL, SUBSET = "ru", "spectral", "subset"
 
 
 class SGD(RowSolver):
@@ -67,9 +79,11 @@ class SGD(RowSolver):
     algorithm of ``p_player=ru_sgd`` with ``w_player=ogd``. Each distinct drawn row
     counts one data point.
 
-    On a spectral set without row caps (module docstring): b distinct rows per
-    step (default 64), ``w <- w - eta_t (sum_j q_j grad L_j(w) + mu w)``, the same
-    schedules and average, no tau (``tau_lr`` refused, ``tau`` nan); biased.
+    On a set without row caps (module docstring; a spectrum, or any set with
+    ``subset(b)``): b distinct rows per step (default 64), ``w <- w - eta_t
+    (sum_j q_j grad L_j(w) + mu w)``, the same schedules and average, no tau
+    (``tau_lr`` refused, ``tau`` nan); biased. ``mode_`` says which (``RU``,
+    ``SPECTRAL``, ``SUBSET``). Either penalty, on every form.
     Derivation: docs/algorithms.md, "SGD: the form, the schedules and their
     theorems" and "SGD on a spectral set".
     """
@@ -92,18 +106,22 @@ class SGD(RowSolver):
                               "inverse: 2 / (mu (t + a)) (mu > 0); constant: lr"),
         "batch": Param(int, low=1, nullable=True,
                        doc="rows per step b: with row caps drawn with replacement (None: 1), "
-                           "on a spectral set b distinct rows (None: 64, at most n)"),
+                           "without them (a spectrum, subset(b)) b distinct rows "
+                           "(None: 64, at most n)"),
         "average": Param(bool, default=True,
                          doc="report the schedule's average of the points where the "
                              "gradients are taken (inverse: weights t + a - 1; else "
                              "uniform); false: the last iterate"),
     }
 
+    #: the penalties ``D`` of ``F`` it solves (``harness.problem``)
+    penalties: ClassVar[tuple[str, ...]] = ("chi2", "kl")
     #: no dual iterate: the harness reports no dual gap
     q = None
-    #: the saved state's version (``harness.state``): 1, the batch in use
-    #: (``batch_``) and a spectral set's draw order and batch spectrum
-    state_version: ClassVar[int] = 1
+    #: the saved state's version (``harness.state``): 2, ``mode_``, the penalty
+    #: and, on ``subset(b)``, the batch's set (1: the batch in use, ``batch_``, and a
+    #: spectral set's draw order and batch spectrum)
+    state_version: ClassVar[int] = 2
 
     def __init__(self, lr: float | None = None, tau_lr: float | None = None,
                  batch: int | None = None,
@@ -117,8 +135,26 @@ class SGD(RowSolver):
         self.batch = batch
         self.average = average
 
+    def _form(self, problem: Any) -> SetForm | None:
+        """The set's row caps or spectrum (``set_form``), or None for a set that
+        offers ``subset(b)``; else a ``ConfigError`` naming what is missing."""
+        try:
+            return set_form(self.name, problem.constraint)
+        except harness.ConfigError as err:
+            if callable(getattr(problem.constraint, "subset", None)):
+                return None
+            name = getattr(problem.constraint, "name", type(problem.constraint).__name__)
+            raise harness.ConfigError(
+                f"The solver 'sgd' needs a constraint set with row caps (the "
+                f"Rockafellar-Uryasev form), a spectrum or subset(m) (the mini-batch "
+                f"estimator); '{name}' has none of them (row_caps() is None, spectrum() "
+                "absent or None, no subset).") from err
+
     def setup(self, problem: Any, budget: int) -> dict[str, Any]:
-        capped = set_form(self.name, problem.constraint).kind == ROW_CAPS
+        form = self._form(problem)
+        self.mode_ = RU if form is not None and form.kind == ROW_CAPS else (
+            SPECTRAL if form is not None else SUBSET)
+        capped = self.mode_ == RU
         b = self._batch(capped, problem.n)
         self._prepare(problem, budget // b)
         self.batch_ = b
@@ -126,9 +162,11 @@ class SGD(RowSolver):
         if not capped and (self.tau_lr is not None or self.tau_lr_scale != 1.0):
             raise harness.ConfigError(
                 "The 'tau_lr' parameter of sgd steps the threshold of the Rockafellar-Uryasev "
-                "form, which a spectral set without row caps does not take (the mini-batch "
+                "form, which a set without row caps does not take (the mini-batch "
                 "estimator has no threshold): leave tau_lr and tau_lr_scale unset.")
         n, mu, nu = self.n_, float(problem.mu), self.nu_
+        #: the KL penalty in the kernels (with nu = 0 the penalty plays no part)
+        self.kl_ = nu > 0.0 and self.penalty_ == "kl"
         radius = float(problem.radius)
         spread = n * self.sigma_max_
         schedule = self.schedule
@@ -136,7 +174,7 @@ class SGD(RowSolver):
         grad_bound = float(problem.model.grad_bound)
         self.tau_lo_, self.tau_hi_ = -math.inf, math.inf
         if math.isfinite(radius) and math.isfinite(bound):
-            self.tau_lo_, self.tau_hi_ = -nu * (spread - 1.0), bound + nu
+            self.tau_lo_, self.tau_hi_ = tau_range(nu, spread, bound, self.kl_)
         bounded = math.isfinite(self.tau_hi_) and math.isfinite(grad_bound)
         self.t0_ = math.inf
         if schedule == "inverse":
@@ -173,7 +211,7 @@ class SGD(RowSolver):
         p = problem.n_params
         self.iterate_ = np.zeros(p)
         self.average_ = np.zeros(p)
-        #: [tau, the average's weight so far] (a spectral set: tau is nan)
+        #: [tau, the average's weight so far] (no row caps: tau is nan)
         self.tau_ = np.zeros(2)
         # counters: data points, gradients formed, steps
         self.counts_ = np.zeros(3, dtype=np.int64)
@@ -186,37 +224,63 @@ class SGD(RowSolver):
         else:
             self.tau_[0] = math.nan
             self.tau_lr_ = math.nan
-            # the spectrum over b rows; the rows in an order whose first b are the draw
-            self.batch_form_ = spectrum_form(problem.constraint.spectrum(b))
+            # the rows in an order whose first b are the draw
             self.perm_ = np.arange(n, dtype=np.int64)
+        if self.mode_ == SPECTRAL:  # the spectrum over b rows
+            self.batch_form_ = spectrum_form(problem.constraint.spectrum(b))
+        elif self.mode_ == SUBSET:
+            self.batch_set_ = problem.constraint.subset(b)
+            #: the authors' smoothing coefficient unchanged (module docstring)
+            self.batch_nu_ = nu * n / b if not self.kl_ else nu
         self._sync()
         return {**self._logged(), "tau_lr": self.tau_lr_, "batch": b,
                 "schedule": schedule, "t0": self.t0_}
 
     def _batch(self, capped: bool, n: int) -> int:
         """The rows per step: ``batch``, or the set's form's default (class
-        docstring); on a spectral set at most n (distinct rows)."""
+        docstring); on a set without row caps at most n (distinct rows)."""
         if self.batch is None:
             return 1 if capped else min(SPECTRAL_BATCH, n)
         if not capped and int(self.batch) > n:
             raise harness.ConfigError(
-                f"The 'batch' parameter of sgd must be an int in [1, n={n}] on a spectral set "
-                f"(b distinct rows per step). Got {self.batch!r} instead.")
+                f"The 'batch' parameter of sgd must be an int in [1, n={n}] on a set without "
+                f"row caps (b distinct rows per step). Got {self.batch!r} instead.")
         return int(self.batch)
 
     def _steps(self, kernels, ms, X, y, problem: Any, rng, until: int) -> None:
-        if self.caps_ is None:
+        if self.mode_ == SUBSET:
+            self._subset_steps(kernels, ms, X, y, problem, rng, until)
+        elif self.mode_ == SPECTRAL:
             kernels.sgd_spectral_steps(ms, X, y, self.iterate_, self.average_, self.tau_,
-                                       self.batch_form_, self.nu_, float(problem.mu), self.lr_,
-                                       float(problem.radius), self.batch_,
+                                       self.batch_form_, self.nu_, self.kl_, float(problem.mu),
+                                       self.lr_, float(problem.radius), self.batch_,
                                        SCHEDULES[self.schedule_], self.t0_, rng, until,
                                        self.counts_, self.perm_)
-            return
-        kernels.sgd_steps(ms, X, y, self.iterate_, self.average_, self.tau_, self.caps_,
-                          self.nu_, float(problem.mu), self.lr_, self.tau_lr_,
-                          float(problem.radius), self.batch_, SCHEDULES[self.schedule_],
-                          self.t0_, self.tau_lo_, self.tau_hi_, rng, until, self.counts_,
-                          self.mark_, self.slot_, self.batch_grads_, self.batch_weights_)
+        else:
+            kernels.sgd_steps(ms, X, y, self.iterate_, self.average_, self.tau_, self.caps_,
+                              self.nu_, self.kl_, float(problem.mu), self.lr_, self.tau_lr_,
+                              float(problem.radius), self.batch_, SCHEDULES[self.schedule_],
+                              self.t0_, self.tau_lo_, self.tau_hi_, rng, until, self.counts_,
+                              self.mark_, self.slot_, self.batch_grads_, self.batch_weights_)
+
+    def _subset_steps(self, kernels, ms, X, y, problem: Any, rng, until: int) -> None:
+        """Mini-batch steps over ``subset(b)``: the kernels draw the batch and
+        evaluate its losses (``sgd_batch_losses``), ``Problem.inner`` of the
+        batch's problem gives ``q_b``, and the kernels step
+        (``sgd_batch_step``)."""
+        b = self.batch_
+        batch = dataclasses.replace(problem, constraint=self.batch_set_, nu=self.batch_nu_)
+        rows = np.empty(b, dtype=np.int64)
+        losses = np.empty(b)
+        Z = np.empty((b, kernels.m_row_scratch(ms)))
+        mu, radius, schedule = float(problem.mu), float(problem.radius), SCHEDULES[self.schedule_]
+        while self.counts_[0] < until:
+            kernels.sgd_batch_losses(ms, X, y, self.iterate_, b, rng, self.perm_, rows, losses,
+                                     Z, self.counts_)
+            _, q = batch.inner(losses)
+            kernels.sgd_batch_step(ms, X, y, self.iterate_, self.average_, self.tau_,
+                                   np.ascontiguousarray(q, dtype=np.float64), rows, Z, mu,
+                                   self.lr_, radius, schedule, self.t0_, self.counts_)
 
     @property
     def w(self) -> np.ndarray:
@@ -226,25 +290,41 @@ class SGD(RowSolver):
 
     @property
     def tau(self) -> float:
-        """The current threshold (the multiplier of ``sum q = 1``; nan on a
-        spectral set without row caps)."""
+        """The current threshold (the multiplier of ``sum q = 1``; nan on a set
+        without row caps)."""
         return float(self.tau_[0])
 
 
+def tau_range(nu: float, spread: float, bound: float, kl: bool) -> tuple[float, float]:
+    """``[tau_lo, tau_hi]``, holding a minimising tau of ``G(w, .)`` at every w
+    whose losses lie in ``[0, bound]``, ``spread = n max_i c_i``: chi2 ``[-nu
+    (spread - 1), bound + nu]``, kl ``[-nu (1 + log spread), bound - nu]``
+    (docs/algorithms.md, "SGD: the form, the schedules and their theorems")."""
+    if kl:
+        return -nu * (1.0 + math.log(spread)), bound - nu
+    return -nu * (spread - 1.0), bound + nu
+
+
 @njit(cache=True, error_model="numpy")
-def ru_weight(z, cap, nu, n):  # pragma: no cover - compiled
-    """``n phi_i'(z)``: ``n clip(1/n + z/(nu n), 0, c_i)`` if ``nu > 0``, else the
-    subgradient ``n c_i 1[z > 0]``."""
+def ru_weight(z, cap, nu, n, kl=False):  # pragma: no cover - compiled
+    """``n phi_i'(z)``, ``n`` times the maximising q: with ``nu > 0``, ``n
+    clip(1/n + z/(nu n), 0, c_i)`` (chi2) or ``min(n c_i, exp(z/nu - 1))``
+    (``kl``); else the subgradient ``n c_i 1[z > 0]``."""
     if nu > 0.0:
+        if kl:
+            return min(n * cap, np.exp(z / nu - 1.0))
         return n * min(max(1.0 / n + z / (nu * n), 0.0), cap)
     return n * cap if z > 0.0 else 0.0
 
 
-def ru_phi(z: np.ndarray, caps: np.ndarray, nu: float, n: int) -> np.ndarray:
+def ru_phi(z: np.ndarray, caps: np.ndarray, nu: float, n: int, kl: bool = False) -> np.ndarray:
     """``phi_i(z_i)`` (module docstring), the value at the maximising q (the
     reference for ``ru_weight``, which is its derivative)."""
     if nu == 0.0:
         return caps * np.maximum(z, 0.0)
+    if kl:
+        q = np.minimum(np.exp(z / nu - 1.0) / n, caps)
+        return q * z - nu * q * np.log(n * q)
     q = np.clip(1.0 / n + z / (nu * n), 0.0, caps)
     return q * z - 0.5 * nu * n * (q - 1.0 / n) ** 2
 

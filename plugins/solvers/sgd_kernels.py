@@ -1,5 +1,6 @@
 """SGD's kernels (``plugins.solvers.sgd``: the Rockafellar-Uryasev form on row
-caps, the mini-batch estimator on a spectrum), a template of ``harness.kernels``:
+caps, the mini-batch estimator on a spectrum, and the draws and steps of the
+mini-batch estimator on ``subset(b)``), a template of ``harness.kernels``:
 ``plugins.solvers.row_solver.row_kernels`` binds ``m_row_loss``,
 ``m_row_grad`` and ``m_row_scratch`` to the model's row roles and ``njit`` to
 numba's (or to the identity, for a model without compiled row kernels).
@@ -12,7 +13,7 @@ import numpy as np
 
 from harness.gap import project_ball_inplace
 from harness.kernels import guard
-from plugins.lib.permutahedron import pav_sorted
+from plugins.lib.permutahedron import kl_pav_sorted, pav_sorted
 from plugins.solvers.sgd import ru_weight
 
 guard(globals(), ("njit", "m_row_loss", "m_row_grad", "m_row_scratch"), __name__)
@@ -40,15 +41,16 @@ def schedule_average(schedule, t0, t, w, avg, tau):  # pragma: no cover - compil
 
 
 @njit(cache=True, error_model="numpy")
-def sgd_row_grad(ms, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - compiled
-    """Row i's weight ``s_i = n phi_i'(L_i(w) - tau)``, returned, and ``s_i grad
+def sgd_row_grad(ms, X, y, i, w, tau, caps, nu, g, z, kl=False):  # pragma: no cover - compiled
+    """Row i's weight ``s_i = n phi_i'(L_i(w) - tau)`` (``ru_weight``; ``kl``: the
+    KL penalty's), returned, and ``s_i grad
     L_i(w)`` written into ``g`` (0 when ``s_i = 0``: that gradient is not
     formed): row i's term ``tau + n phi_i(L_i(w) - tau) + (mu/2)||w||^2`` of
     ``G`` has w-gradient ``g + mu w`` and tau-gradient ``1 - s_i`` (one
     uniform row's unbiased estimate of the gradient of ``G``)."""
     n = X.shape[0]
     loss = m_row_loss(ms, X, y, i, w, z)
-    s = ru_weight(loss - tau, caps[i], nu, n)
+    s = ru_weight(loss - tau, caps[i], nu, n, kl)
     if s == 0.0:
         for j in range(w.size):
             g[j] = 0.0
@@ -60,7 +62,7 @@ def sgd_row_grad(ms, X, y, i, w, tau, caps, nu, g, z):  # pragma: no cover - com
 
 
 @njit(cache=True, error_model="numpy")
-def sgd_steps(ms, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, schedule, t0,
+def sgd_steps(ms, X, y, w, avg, tau, caps, nu, kl, mu, lr, tau_lr, radius, batch, schedule, t0,
               tau_lo, tau_hi, rng, until, counts, mark, slot, gb,
               sb):  # pragma: no cover - compiled
     """Mini-batch steps on ``(w, tau[0])`` until ``counts[0] >= until``; ``avg``
@@ -90,7 +92,7 @@ def sgd_steps(ms, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, sc
             else:
                 mark[i] = t
                 slot[i] = d
-                sb[d] = sgd_row_grad(ms, X, y, i, w, tt, caps, nu, gb[d], z)
+                sb[d] = sgd_row_grad(ms, X, y, i, w, tt, caps, nu, gb[d], z, kl)
                 counts[0] += 1
                 if sb[d] != 0.0:
                     counts[1] += 1
@@ -106,16 +108,32 @@ def sgd_steps(ms, X, y, w, avg, tau, caps, nu, mu, lr, tau_lr, radius, batch, sc
         counts[2] += 1
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def draw_batch(ms, X, y, w, batch, rng, perm, rows, losses, Z):  # pragma: no cover - compiled
+    """b distinct rows uniformly, the first b of ``perm`` after a partial
+    Fisher-Yates shuffle (b draws from ``rng``), into ``rows``, their losses at
+    ``w`` into ``losses`` and the scratch of draw d into ``Z[d]``."""
+    n = X.shape[0]
+    for d in range(batch):
+        k = d + rng.integers(0, n - d)
+        r = perm[k]
+        perm[k] = perm[d]
+        perm[d] = r
+        rows[d] = r
+        losses[d] = m_row_loss(ms, X, y, r, w, Z[d])
+
+
 @njit(cache=True, error_model="numpy")
-def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, mu, lr, radius, batch, schedule, t0,
-                       rng, until, counts, perm):  # pragma: no cover - compiled
+def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, kl, mu, lr, radius, batch, schedule,
+                       t0, rng, until, counts, perm):  # pragma: no cover - compiled
     """Mini-batch steps on a spectrum (``form.sigma``: the spectrum over ``batch``
     rows) until ``counts[0] >= until``, ``avg`` and ``tau[1]`` as in
-    ``sgd_steps``: b distinct rows (the first b of ``perm`` after a partial
-    Fisher-Yates shuffle), their losses sorted ascending (ties by draw), weights
-    ``sigma`` (``nu = 0``) or the projection of ``1/b + l/(nu n)`` onto
-    ``P(sigma)`` (``pav_sorted``), and ``w <- w - eta_t (sum_j q_j grad l_j + mu
-    w)``. A row with weight 0 is evaluated, its gradient not formed."""
+    ``sgd_steps``: b distinct rows (``draw_batch``), their losses sorted
+    ascending (ties by draw), weights ``sigma`` (``nu = 0``), the projection of
+    ``1/b + l/(nu n)`` onto ``P(sigma)`` (``pav_sorted``) or, ``kl``, the KL
+    projection of ``exp(l/nu)`` onto it (``kl_pav_sorted``), and ``w <- w - eta_t
+    (sum_j q_j grad l_j + mu w)``. A row with weight 0 is evaluated, its
+    gradient not formed."""
     n = X.shape[0]
     p = w.size
     sigma = form.sigma
@@ -126,20 +144,20 @@ def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, mu, lr, radius, batch, s
     qs = np.empty(batch)
     sums = np.empty(batch)
     sizes = np.empty(batch, dtype=np.int64)
+    mass = np.empty(batch)
+    fixed = np.empty(batch, dtype=np.bool_)
     g = np.empty(p)
     gw = np.empty(p)
     while counts[0] < until:
         f = schedule_average(schedule, t0, counts[2], w, avg, tau)
-        for d in range(batch):
-            k = d + rng.integers(0, n - d)
-            r = perm[k]
-            perm[k] = perm[d]
-            perm[d] = r
-            rows[d] = r
-            losses[d] = m_row_loss(ms, X, y, r, w, Z[d])
+        draw_batch(ms, X, y, w, batch, rng, perm, rows, losses, Z)
         counts[0] += batch
         order = np.argsort(losses, kind="mergesort")
-        if nu > 0.0:
+        if nu > 0.0 and kl:
+            for d in range(batch):
+                s[d] = losses[order[d]] / nu
+            kl_pav_sorted(s, sigma, qs, fixed, sums, mass, sizes)
+        elif nu > 0.0:
             for d in range(batch):
                 s[d] = 1.0 / batch + losses[order[d]] / (nu * n)
             pav_sorted(s, sigma, qs, sums, sizes)
@@ -161,3 +179,38 @@ def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, mu, lr, radius, batch, s
             w[j] -= eta * (gw[j] + mu * w[j])
         project_ball_inplace(w, radius)
         counts[2] += 1
+
+
+@njit(cache=True, error_model="numpy")
+def sgd_batch_losses(ms, X, y, w, batch, rng, perm, rows, losses, Z,
+                     counts):  # pragma: no cover - compiled
+    """The draw of a mini-batch step on ``subset(b)`` (``draw_batch``): b data
+    points; the caller computes the batch's weights from ``losses``."""
+    draw_batch(ms, X, y, w, batch, rng, perm, rows, losses, Z)
+    counts[0] += batch
+
+
+@njit(cache=True, error_model="numpy")
+def sgd_batch_step(ms, X, y, w, avg, tau, q, rows, Z, mu, lr, radius, schedule, t0,
+                   counts):  # pragma: no cover - compiled
+    """The step of a mini-batch on ``subset(b)`` after ``sgd_batch_losses``, with
+    the batch's weights ``q`` (by draw): ``w`` added to the average
+    (``schedule_average``), ``w <- w - eta_t (sum_d q_d grad l_(rows_d)(w) + mu
+    w)`` (a gradient formed where ``q_d != 0``, from the scratch ``Z[d]`` its
+    loss left), projected onto the ball."""
+    p = w.size
+    g = np.empty(p)
+    gw = np.zeros(p)
+    f = schedule_average(schedule, t0, counts[2], w, avg, tau)
+    for d in range(rows.size):
+        if q[d] == 0.0:
+            continue
+        m_row_grad(ms, X, y, rows[d], w, Z[d], g)
+        counts[1] += 1
+        for j in range(p):
+            gw[j] += q[d] * g[j]
+    eta = lr * f
+    for j in range(p):
+        w[j] -= eta * (gw[j] + mu * w[j])
+    project_ball_inplace(w, radius)
+    counts[2] += 1
