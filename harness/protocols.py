@@ -77,6 +77,12 @@ class ConstraintSet(Protocol):
     # non-negative, non-decreasing, summing to 1) return their spectrum over m rows
     # (default n), sorted ascending, so that ``max_{p in K} <l, p> = sum_i sigma_i
     # l_(i)``; None (or absent) otherwise. The k-set is P(sigma) with k entries 1/k.
+    # Optional: ``max_weight() -> float``: ``max_{p in K} max_i p_i`` for a set with
+    # neither row caps nor a spectrum (the row solvers' default step; 1 if absent).
+    # Optional: ``subset(m: int)``: the same set over m rows (the field's mini-batch
+    # estimator of ``sgd`` on a set without caps or spectrum).
+    # Optional: ``support_function(cp, v)``: a cvxpy expression of ``max_{p in K} <v,
+    # p>``, convex in ``v`` (the exact OPT of a set without caps or spectrum).
 
     def lmo(self, losses: np.ndarray) -> tuple[float, np.ndarray]:
         """``max_{p in K} <losses, p>`` and an argmax."""

@@ -157,6 +157,25 @@ def test_k_is_the_fewest_rows_whose_uniform_distribution_is_inside(n, radius):
     assert K.k == least_rows(n, radius) == inside[0]
 
 
+@pytest.mark.parametrize(("n", "radius"), [(1, 1.0), (2, 0.1), (7, 1.0), (50, 0.05),
+                                         (50, 1.0), (300, 1e3)])
+def test_max_weight_is_the_largest_coordinate_of_a_point_of_the_ball(n, radius):
+    """``max_weight`` against cvxpy's ``max q_0`` over K (Clarabel; the closed form
+    within 1e-7), and the point that attains it is in K (atol 1e-12)."""
+    cp = pytest.importorskip("cvxpy")
+    ball = Chi2Ball(n, radius)
+    q = cp.Variable(n)
+    u = np.full(n, 1.0 / n)
+    problem = cp.Problem(cp.Maximize(q[0]), [q >= 0, cp.sum(q) == 1,
+                                            cp.sum_squares(q - u) <= 2.0 * radius / n])
+    problem.solve(solver="CLARABEL")
+    assert ball.max_weight() == pytest.approx(problem.value, abs=1e-7)
+    a = ball.max_weight()
+    point = np.full(n, (1.0 - a) / max(n - 1, 1))
+    point[0] = a
+    assert ball.contains(point, atol=1e-12)
+
+
 def test_subset_is_the_ball_of_the_same_radius_over_m_rows():
     K = ball(100, 0.7)
     S = K.subset(13)

@@ -537,16 +537,16 @@ def f_star(problem: Problem) -> float:
 @pytest.mark.parametrize(("penalty", "nu"), [("chi2", 1.0), ("kl", 0.5)])
 def test_lsvrg_on_the_chi2_ball_reaches_the_optimum(penalty, nu):
     # yacht n = 40, the chi-square ball of radius 0.05 (binding at the optimum), mu = 1,
-    # no ball on w, seed 3, the default step (sigma_max 1: the set offers no
-    # max_weight): after 200 passes F(w) - F* <= 1e-9 relative to F* (measured 1.1e-10
-    # and 1.0e-10), F* by L-BFGS-B on F
+    # no ball on w, seed 3, the default step (sigma_max from the set's max_weight):
+    # after 200 passes F(w) - F* <= 1e-9 relative to F*, F* by L-BFGS-B on F (LSVRG may
+    # end a few ulps below L-BFGS-B's F*: -1e-14 relative allowed)
     problem = problem_on(ball(40, 0.05), nu=nu, penalty=penalty, mu=1.0)
     target = f_star(problem)
     solver = LSVRG()
     solver.setup(problem, 0)
     assert solver.general_
     solver.advance(problem, np.random.default_rng(3), 200 * problem.n)
-    assert 0.0 <= (problem.value(solver.w) - target) / target <= 1e-9
+    assert -1e-14 <= (problem.value(solver.w) - target) / target <= 1e-9
     assert problem.constraint.contains(solver.q, atol=1e-9)
 
 

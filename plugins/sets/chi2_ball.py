@@ -83,6 +83,14 @@ class Chi2Ball:
             raise ValueError(f"m must be an int >= 1. Got {m!r} instead.")
         return Chi2Ball(int(m), self.radius)
 
+    def max_weight(self) -> float:
+        """``max_{q in K} max_i q_i = min(1, (1 + sqrt(2 radius (n - 1))) / n)``: one
+        row at ``a``, the rest at ``(1 - a)/(n - 1)``, whose distance to ``1/n`` is
+        ``(a - 1/n) sqrt(n/(n - 1))`` (the row solvers' ``sigma_max``)."""
+        if self.n == 1:
+            return 1.0
+        return min(1.0, (1.0 + float(np.sqrt(2.0 * self.radius * (self.n - 1)))) / self.n)
+
     def row_caps(self) -> None:
         """None: K is not ``{0 <= q_i <= c_i, sum q = 1}``."""
         return None
