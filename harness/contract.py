@@ -294,6 +294,9 @@ def test_constraint_sampler_marginals(name):
     # dependent rounding has less), so a rarely drawn row does not shrink its
     # own error bar. False alarms: below 2e-4 over 2 x 24 rows.
     K = _constraint(name)
+    if K.sampler == "none":
+        pytest.skip(f"constraint set '{name}' has no sampler (sampler 'none'): its sample "
+                    "raises and the players that draw refuse it")
     rng = np.random.default_rng(2)
     projected = K.project(_weights(rng, K.n), 0.1)
     for p in (projected, 0.25 * projected + 0.75 * K.lmo(rng.random(K.n))[1]):
