@@ -262,7 +262,8 @@ def prepare(cfg: Any, registry: Registry | None = None) -> Prepared:
         raise ConfigError(f"The model '{m_name}' has no finite loss bound without a ball "
                           "(problem.ball=false): set model.loss_scale (1: the raw loss; 2 with "
                           "linear_mse: the squared error over 2, as the DRO papers).")
-    problem = Problem(dataset.X, dataset.y, model, constraint, spec["mu"], spec["nu"], radius)
+    problem = Problem(dataset.X, dataset.y, model, constraint, spec["mu"], spec["nu"], radius,
+                      spec["penalty"])
     values, compile_s, setup_s = solver.set_up(problem, budget, horizon, seed)
     derived.update(values)
     derived.update({f"problem.{k}": v for k, v in problem.describe().items()})

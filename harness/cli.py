@@ -47,7 +47,9 @@ def summary(prepared: Prepared, metrics: Mapping[str, float]) -> str:
         ("certified dual gap", metrics.get("dual_gap")),
         (f"objective ({label}, scaled)" if plain and label else
          f"objective (avg top-{k} loss, scaled)" if plain else
-         f"objective F (mu={problem.mu:.3g}, nu={problem.nu:.3g})", metrics.get("objective")),
+         f"objective F (mu={problem.mu:.3g}, nu={problem.nu:.3g}"
+         f"{', ' + problem.penalty if problem.nu and problem.penalty != 'chi2' else ''})",
+         metrics.get("objective")),
         ("accuracy", metrics.get("accuracy")),
         (f"MSE of the {k} largest losses", metrics.get("topk_mse")),
         ("theory bound", metrics.get("theory_bound")),

@@ -6,8 +6,11 @@ the resolution float64 allows (``certified_gap``).
 For ``q`` in ``K`` (min-max inequality, ``F``'s inner objective being
 concave in ``q`` and convex in ``w``),
 
-    D(q) = min_{||w|| <= B} <L(w), q> + (mu/2) ||w||^2 - (nu n/2) ||q - 1/n||^2
+    D(q) = min_{||w|| <= B} <L(w), q> + (mu/2) ||w||^2 - nu D(q || 1/n)
          <= min_w F(w),
+
+with ``D(q || 1/n)`` the problem's penalty (chi2: ``(n/2) ||q - 1/n||^2``; kl:
+``sum_i q_i log(n q_i)``), whichever it is,
 
 and the minimum over ``w`` is replaced by a provable lower bound, so a loose
 inner solve can only overstate the gap. With ``mu > 0`` the inner objective
@@ -21,8 +24,9 @@ accurate to its tolerances.
 
 ``certified_gap(problem, w, q)`` bounds ``F(w) - F*`` from above by
 ``F(w) - max(D(q(w)), D(q))``: ``q(w)`` is the inner maximiser at ``w`` in
-closed form (``Problem.inner``: the projection ``proj_K(1/n + L/(nu n))``,
-or the linear maximisation oracle when ``nu = 0``), which is the optimal
+closed form (``Problem.inner``: the Euclidean projection ``proj_K(1/n +
+L/(nu n))`` for chi2, the KL projection of ``exp(L/nu)`` for kl, or the
+linear maximisation oracle when ``nu = 0``), which is the optimal
 dual point at the optimum, so the gap vanishes there to second order;
 ``q`` is a solver's own dual iterate, if it has one.
 
@@ -32,7 +36,8 @@ taken exactly rounded (``math.fsum``) and enclosed with their rounding
 Lagrangian dual value ``tau + sum_i phi_i(L_i - tau)`` of the inner maximum,
 which bounds it from above for any ``tau``; ``q``'s own rounding is repaired
 to ``sum q = 1`` up to an ulp of one row, ``_feasible``, whose effect is
-bounded). Left out of every enclosure is the rounding of each row's loss
+bounded, ``_moved_mass``; the penalty's sum is enclosed term by term with
+each term's rounding, ``_penalty``). Left out of every enclosure is the rounding of each row's loss
 inside the model (a few ulps of each loss, which averages to a few ulps of
 ``F``: ``tests/test_opt_polish.py`` checks the enclosure against ``F`` in
 80-bit arithmetic), and the gradient's, which moves a strong-convexity bound
@@ -79,14 +84,13 @@ def dual_lower_bound(problem: Any, q: np.ndarray, w0: np.ndarray, *,
         raise ValueError("the dual function has no certified bound with mu = 0 and no ball")
     inner = certified_min(value_grad, w0, radius, abs_tol=abs_tol, rel_tol=rel_tol,
                           max_iter=max_iter)
-    shift = q - 1.0 / n
-    return inner.lower - 0.5 * nu * n * float(shift @ shift), inner.w
+    return inner.lower - _penalty(q, nu, problem.penalty)[1], inner.w
 
 
 def _strongly_convex_dual(problem: Any, q: np.ndarray, w0: np.ndarray, abs_tol: float,
                           rel_tol: float) -> tuple[float, np.ndarray]:
     """``dual_lower_bound`` with ``mu > 0``: Newton polish, sums enclosed."""
-    n, mu, nu = problem.n, float(problem.mu), float(problem.nu)
+    n, mu, nu, penalty = problem.n, float(problem.mu), float(problem.nu), problem.penalty
     q, residual, moved = _feasible(q, _caps(problem.constraint))
     rows = np.flatnonzero(q)
     weights = q[rows]
@@ -105,11 +109,12 @@ def _strongly_convex_dual(problem: Any, q: np.ndarray, w0: np.ndarray, abs_tol: 
 
     inner = polish_strongly_convex(value_grad, w0, mu, float(problem.radius), enclose=enclose,
                                    abs_tol=abs_tol, rel_tol=rel_tol)
-    _, penalty_high = _penalty(q, nu)
+    _, penalty_high, _ = _penalty(q, nu, penalty)
     repair = 0.0
     if residual != 0.0:  # what the last ``residual`` of mass at row ``moved`` can change
         loss = _row_losses(problem, inner.w, np.array([max(moved, 0)]))[0]
-        repair = _moved_mass(residual, moved, float(loss), float(q[max(moved, 0)]), nu, n)
+        repair = _moved_mass(residual, moved, float(loss), float(q[max(moved, 0)]), nu, n,
+                             penalty)
     return inner.lower - penalty_high - repair, inner.w
 
 
@@ -180,32 +185,37 @@ def enclose_value(problem: Any, w: np.ndarray,
 
 
 def enclose_inner(problem: Any, losses: np.ndarray) -> tuple[float, float, np.ndarray]:
-    """``(low, high, q)`` with ``low <= max_{q in K} <losses, q> - (nu n/2) ||q -
-    1/n||^2 <= high`` and ``q`` the set's maximiser (``Problem.inner``).
+    """``(low, high, q)`` with ``low <= max_{q in K} <losses, q> - nu D(q || 1/n) <=
+    high`` and ``q`` the set's maximiser (``Problem.inner``).
 
     ``low`` is the objective at ``q`` made exactly feasible (``_feasible``);
     ``high`` the Lagrangian dual ``G(tau) = tau + sum_i phi_i(losses_i - tau)``
-    with ``phi_i(z) = max_{0 <= q <= c_i} q z - (nu n/2)(q - 1/n)^2``, an upper
-    bound for any ``tau``, taken at the ``tau`` that ``q`` reveals (exact up to
-    rounding: ``G`` is flat at its minimum, so ``tau``'s error enters to second
-    order). Each is an exactly rounded sum, enclosed with its rounding. A set
-    that is not a capped simplex gets the value at ``q`` with an allowance for
-    an n-term sum at both ends."""
+    with ``phi_i(z) = max_{0 <= q <= c_i} q z - nu d(q)``, ``d`` the penalty's
+    per-row term (chi2: ``(n/2)(q - 1/n)^2``, ``_lagrangian``; kl: ``q log(n
+    q)``, ``_lagrangian_kl``), an upper bound for any ``tau``, taken at the
+    ``tau`` that ``q`` reveals (exact up to rounding: ``G`` is flat at its
+    minimum, so ``tau``'s error enters to second order). Each is an exactly
+    rounded sum, enclosed with its rounding. A set that is not a capped simplex
+    gets the value at ``q`` with an allowance for an n-term sum at both ends."""
     losses = np.asarray(losses, dtype=np.float64)
-    n, nu = losses.size, float(problem.nu)
+    n, nu, penalty = losses.size, float(problem.nu), problem.penalty
     _, q = problem.inner(losses)
     caps = _caps(problem.constraint)
     if caps is None:  # no dual form at hand: the plain value, with a summation allowance
-        value = _exact_sum(losses * q) - _penalty(q, nu)[0]
-        slack = (n + 4) * _U * (_magnitude(losses * q) + _penalty(q, nu)[1])
+        penalty_value, _, penalty_size = _penalty(q, nu, penalty)
+        value = _exact_sum(losses * q) - penalty_value
+        slack = (n + 4) * _U * (_magnitude(losses * q) + penalty_size)
         return value - slack, value + slack, q
     q_feasible, residual, moved = _feasible(q, caps)
     terms = losses * q_feasible
-    _, penalty_high = _penalty(q_feasible, nu)
+    _, penalty_high, _ = _penalty(q_feasible, nu, penalty)
     low = (_exact_sum(terms) - penalty_high - 2.0 * _U * _magnitude(terms)
            - _moved_mass(residual, moved, float(losses[max(moved, 0)]),
-                         float(q_feasible[max(moved, 0)]), nu, n))
-    high = min(_lagrangian(losses, caps, nu, tau) for tau in _taus(losses, q, caps, nu))
+                         float(q_feasible[max(moved, 0)]), nu, n, penalty))
+    if penalty == "kl" and nu > 0.0:
+        high = min(_lagrangian_kl(losses, caps, nu, tau) for tau in _taus_kl(losses, q, caps, nu))
+    else:
+        high = min(_lagrangian(losses, caps, nu, tau) for tau in _taus(losses, q, caps, nu))
     return low, high, q
 
 
@@ -254,15 +264,77 @@ def _taus(losses: np.ndarray, q: np.ndarray, caps: np.ndarray, nu: float) -> lis
     return [0.5 * (low + high), low, high]
 
 
-def _penalty(q: np.ndarray, nu: float) -> tuple[float, float]:
-    """``(nu n/2) ||q - 1/n||^2`` exactly rounded, and an upper bound on it."""
+def _lagrangian_kl(losses: np.ndarray, caps: np.ndarray, nu: float, tau: float) -> float:
+    """An upper bound on ``G(tau) = tau + sum_i phi_i(losses_i - tau)`` for the KL
+    penalty (``enclose_inner``): ``phi_i(z) = max_{0 <= q <= c_i} q z - nu q log(n
+    q)`` is attained at ``q_i = min(c_i, exp(z/nu - 1)/n)``, so ``phi_i(z) = (nu/n)
+    exp(z/nu - 1)`` below the cap and ``c_i (z - nu log(n c_i))`` at it, both
+    positive. Each is computed in closed form (no maximiser's shortfall) and
+    enclosed with its rounding: the exponent's, ``u (3 |z|/nu + 2)``, is
+    relative for the exponential, doubled for the exponential's own; the cap's
+    is ``4 u c_i (|z| + nu (|log(n c_i)| + 1))``. The first form is an upper
+    bound everywhere (the supremum over all ``q >= 0``), so it is kept where
+    rounding could misjudge the side of the cap (the two agree there to second
+    order)."""
+    n = losses.size
+    z = losses - tau
+    exponent = z / nu - 1.0
+    log_cap = np.log(n * caps)
+    margin = 8.0 * _U * (np.abs(exponent) + np.abs(log_cap) + 1.0)
+    capped = exponent >= log_cap + margin
+    with np.errstate(over="ignore"):
+        free = (nu / n) * np.exp(np.where(capped, 0.0, exponent))
+    free_slack = free * (2.0 * _U * (3.0 * np.abs(z) / nu + 2.0) + 4.0 * _U)
+    at_cap = caps * (z - nu * log_cap)
+    cap_slack = 4.0 * _U * caps * (np.abs(z) + nu * (np.abs(log_cap) + 1.0))
+    phi = np.where(capped, at_cap, free)
+    if not np.all(np.isfinite(phi)):
+        return math.inf
+    total = _exact_sum(phi)
+    slack = _magnitude(np.where(capped, cap_slack, free_slack))
+    return tau + total + 3.0 * _U * (abs(tau) + total) + (1.0 + 4.0 * _U) * slack + 1e-300
+
+
+def _taus_kl(losses: np.ndarray, q: np.ndarray, caps: np.ndarray, nu: float) -> list[float]:
+    """The multiplier ``tau`` of ``sum q = 1`` that the KL maximiser ``q`` reveals: the
+    median over its free rows (``0 < q_i < c_i``) of ``losses_i - nu (log(n q_i) +
+    1)``; without a free row, the least such value over the rows at their caps
+    (the capped rows' own bound on ``tau``), else the simplex's ``nu (log sum_i
+    exp(losses_i/nu) - log n - 1)``."""
+    n = losses.size
+    free = (q > 0.0) & (q < caps)
+    if free.any():
+        return [float(np.median(losses[free] - nu * (np.log(n * q[free]) + 1.0)))]
+    full = q >= caps
+    if full.any():
+        return [float(np.min(losses[full] - nu * (np.log(n * caps[full]) + 1.0)))]
+    top = float(np.max(losses))
+    lse = top / nu + math.log(float(np.sum(np.exp((losses - top) / nu))))
+    return [nu * (lse - math.log(n) - 1.0)]
+
+
+def _penalty(q: np.ndarray, nu: float, penalty: str = "chi2") -> tuple[float, float, float]:
+    """``nu D(q || 1/n)`` exactly rounded, an upper bound on it, and the size of its
+    terms (for a summation allowance). chi2: ``(nu n/2) ||q - 1/n||^2``; kl: ``nu
+    sum_i t_i``, ``t_i = q_i log(n q_i)`` over the rows with ``q_i > 0`` (0
+    elsewhere), size ``nu sum_i |t_i|``, each term's rounding at most ``u (3
+    |t_i| + 4 q_i)`` (the product ``n q_i``, the logarithm's own error and the
+    last product)."""
     if nu == 0.0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     n = q.size
+    if penalty == "kl":
+        pos = q > 0.0
+        t = q[pos] * np.log(n * q[pos])
+        value = nu * _exact_sum(t)
+        size = nu * _magnitude(t)
+        slack = nu * _U * (3.0 * _magnitude(t) + 4.0 * _magnitude(q[pos])) + 2.0 * _U * size
+        return value, value + slack + 1e-300, size
     shift = q - 1.0 / n
     cost = (0.5 * nu * n) * (shift * shift)
     value = _exact_sum(cost)
-    return value, value + 4.0 * _U * value + nu * _U * _magnitude(shift) + 1e-300
+    high = value + 4.0 * _U * value + nu * _U * _magnitude(shift) + 1e-300
+    return value, high, high
 
 
 def _caps(constraint: Any) -> np.ndarray | None:
@@ -328,17 +400,34 @@ def _magnitude(x: np.ndarray) -> float:
     return float(np.sum(np.abs(x)))
 
 
-def _moved_mass(residual: float, j: int, loss_j: float, q_j: float, nu: float, n: int) -> float:
-    """How much the objective ``<l, q> - (nu n/2) ||q - 1/n||^2`` can change when the
-    ``residual`` mass ``sum q - 1`` is taken from row ``j`` (loss ``loss_j``): its
-    first-order change ``residual (l_j - nu (n q_j - 1))`` and the second-order
-    ``(nu n/2) residual^2``, with a factor 2 of room for their rounding. For the
-    dual function the change of the inner minimiser adds ``residual <grad h,
-    grad L_j> / mu``, which vanishes with ``grad h`` at the inner solve's floor
-    and is left out (``residual`` is an ulp of ``q_j``: the term is below 1e-30)."""
+def _moved_mass(residual: float, j: int, loss_j: float, q_j: float, nu: float, n: int,
+                penalty: str = "chi2") -> float:
+    """How much the objective ``<l, q> - nu D(q || 1/n)`` can change when the
+    ``residual`` mass ``sum q - 1`` is taken from row ``j`` (loss ``loss_j``), with a
+    factor 2 of room for rounding. chi2: the first-order change ``residual (l_j -
+    nu (n q_j - 1))`` and the second-order ``(nu n/2) residual^2``. kl: ``residual
+    l_j`` and the change of ``nu g``, ``g(t) = t log(n t)``, between ``q_j`` and
+    ``q_j - residual``: with ``r = |residual| < q_j / 2`` at most ``nu (r (|log(n
+    q_j)| + 1) + r^2 / q_j)`` (``g'(t) = log(n t) + 1``, ``g''(t) = 1/t <= 2/q_j``
+    there); otherwise both ends lie in ``[0, x]``, ``x = q_j + r``, where ``|g|
+    <= x |log(n x)|`` if ``n x <= 1/e`` (``|g|`` grows up to ``t = 1/(e n)``), else
+    ``max(x |log(n x)|, 1/(e n))``: twice that. For the dual function the change
+    of the inner minimiser adds ``residual <grad h, grad L_j> / mu``, which
+    vanishes with ``grad h`` at the inner solve's floor and is left out
+    (``residual`` is an ulp of ``q_j``: the term is below 1e-30)."""
     if residual == 0.0:
         return 0.0
     r = abs(residual)
+    if penalty == "kl" and nu > 0.0:
+        if q_j > 2.0 * r:
+            change = r * (abs(math.log(n * q_j)) + 1.0) + r * r / q_j
+        else:
+            x = q_j + r
+            size = x * abs(math.log(n * x))
+            if n * x > 1.0 / math.e:
+                size = max(size, 1.0 / (math.e * n))
+            change = 2.0 * size
+        return 2.0 * (r * abs(loss_j) + nu * change) + 1e-300
     return 2.0 * (r * (abs(loss_j) + nu * abs(n * q_j - 1.0)) + 0.5 * nu * n * r * r) + 1e-300
 
 

@@ -272,6 +272,10 @@ class Solver(Protocol):
     # gradient shows; the default suits a sublinear method (SGD).
     # Optional: ``q``, a point of K (the solver's dual iterate); when present
     # the checkpoints also report a certified ``dual_gap`` ``F(w) - D(q)``.
+    # Optional: ``penalties: ClassVar[tuple[str, ...]]`` (``("chi2",)`` when absent),
+    # the divergences ``problem.penalty`` (``harness.problem.PENALTIES``) the solver
+    # solves with ``nu > 0``; the harness refuses a problem with ``nu > 0`` and
+    # another penalty before the solver is set up (``harness.solve.check_penalty``).
 
 
 @runtime_checkable

@@ -193,6 +193,8 @@ def problem_of(params: Mapping[str, str], tags: Mapping[str, str]) -> tuple[str,
     mu, nu = float(params.get("problem.mu", 0)), float(params.get("problem.nu", 0))
     if mu or nu:
         name += f" mu={mu:.3g} nu={nu:.3g}"
+    if nu and params.get("problem.penalty", "chi2") != "chi2":  # another f-divergence
+        name += f" {params['problem.penalty']}"
     if params.get("problem.radius") == "inf":
         name += " no-ball"
     return name, (dataset, int(k) if k is not None else 0)

@@ -11,6 +11,9 @@ points, as for the game) it evaluates the problem ``F`` at the solver's
 iterate, and the certified duality gap (``harness.dual.certified_gap``) when
 the solver has a dual iterate ``q`` or the problem is smooth and strongly
 convex (``nu > 0``, ``mu > 0``: the closed-form maximiser ``q(w)`` serves).
+A whole-algorithm solver solves the penalties ``nu D(q || 1/n)`` it declares
+(``penalties``, default chi2 only): a problem with ``nu > 0`` and another
+``problem.penalty`` is refused before anything is built (``check_penalty``).
 """
 
 from __future__ import annotations
@@ -255,6 +258,7 @@ class WholeSolver(Algorithm):
 
     def compose(self, setting: Setting) -> float:
         self.label = setting.name
+        check_penalty(setting, self.solver)
         return solver_radius(setting)
 
     def rows_per_round(self, constraint: Any) -> int:
@@ -280,6 +284,29 @@ def as_algorithm(solver: Any) -> Algorithm:
     """The built ``solver`` component as ``prepare`` drives it: itself if it is
     an ``Algorithm`` (the game), else a ``WholeSolver`` around it."""
     return solver if isinstance(solver, Algorithm) else WholeSolver(solver)
+
+
+def penalties(solver: Any) -> tuple[str, ...]:
+    """The penalties ``problem.penalty`` a solver (class or instance) solves with
+    ``nu > 0``: its ``penalties`` class attribute, ``("chi2",)`` when absent
+    (``harness.protocols.Solver``)."""
+    return tuple(getattr(solver, "penalties", ("chi2",)))
+
+
+def check_penalty(setting: Setting, solver: Any) -> None:
+    """Refuse (``ConfigError``) a problem with ``nu > 0`` whose ``problem.penalty``
+    the solver does not declare in its ``penalties``, naming the solvers that do."""
+    spec, name = setting.problem, setting.name
+    penalty, supported = spec["penalty"], penalties(solver)
+    if spec["nu"] <= 0.0 or penalty in supported:
+        return
+    others = [s for s in setting.registry.names("solver")
+              if penalty in penalties(setting.registry.get("solver", s).cls)]
+    listed = ", ".join(f"solver={s}" for s in others) or "none is installed"
+    raise ConfigError(
+        f"The solver '{name}' solves problem.penalty in {list(supported)}. Got "
+        f"problem.penalty={penalty!r} with nu={spec['nu']!r} > 0: choose a solver that "
+        f"declares '{penalty}' ({listed}), or problem.penalty=chi2.")
 
 
 def solver_radius(setting: Setting) -> float:

@@ -52,7 +52,8 @@ def test_conjugate_form_of_the_inner_maximum_matches_problem_inner(nu):
     rng = np.random.default_rng(1)
     for n, k in ((12, 3), (30, 15), (40, 1)):
         l = rng.random(n) * rng.choice([0.1, 1.0, 10.0])
-        P = SimpleNamespace(nu=nu, constraint=harness.build("constraint_set", "kset", n=n, k=k))
+        P = SimpleNamespace(nu=nu, penalty="chi2",
+                            constraint=harness.build("constraint_set", "kset", n=n, k=k))
         want, q = Problem.inner(P, l)
         cap = 1.0 / k
         for phi in (_phi_by_max, _phi_by_infconv):
@@ -77,7 +78,7 @@ def test_cvxpy_conjugate_phi_matches_problem_inner(nu):
     for n, k in ((20, 10), (45, 4)):
         l = rng.random(n) * 2.0
         K = harness.build("constraint_set", "kset", n=n, k=k)
-        want, _ = Problem.inner(SimpleNamespace(nu=nu, constraint=K), l)
+        want, _ = Problem.inner(SimpleNamespace(nu=nu, penalty="chi2", constraint=K), l)
         tau = cp.Variable()
         prog = cp.Problem(cp.Minimize(tau + optimum.conjugate_phi(cp, l - tau, K.row_caps(), nu)))
         prog.solve(solver="CLARABEL")

@@ -64,7 +64,7 @@ def held_out_problem(context: Any, data: Any) -> Problem | None:
                       RuntimeWarning, stacklevel=2)
         return None
     return Problem(data.X, data.y, problem.model, rebuilt, problem.mu, problem.nu,
-                   problem.radius)
+                   problem.radius, problem.penalty)
 
 
 def mean_squared_error(model: Any, w: np.ndarray, X: Any, y: np.ndarray) -> float:

@@ -18,14 +18,17 @@ key computes nothing):
       working_set_start: null       # and a .npy file of w to start from (null: w = 0)
 
 ``auto`` computes OPT (``plugins.metrics.optimum``: a capped set or a permutahedron
-``P(sigma)``, its ``row_caps()`` or its ``spectrum()``) when cvxpy is installed (a
-smooth, strongly convex problem over a permutahedron does without) and
-``n * d <= max_size``; ``true`` whatever the size. Beyond ``max_size`` (``method:
-auto``), or always (``working_set``), OPT over a capped set of the paper's problem
-is enclosed by a working set of rows (``plugins.metrics.working_set``), its
-interval reported as it stands when a limit stops it first (``opt_status``
-``bounded``). OPT is cached on disk per
-(data, model, loss scale, K, B). The run's params gain OPT's certified interval
+``P(sigma)``, its ``row_caps()`` or its ``spectrum()``, or a set with a
+``support_function(cp, v)``) when cvxpy is installed (a smooth, strongly convex
+problem over a set without caps does without) and ``n * d <= max_size``;
+``true`` whatever the size. Beyond ``max_size`` (``method: auto``), or always
+(``working_set``), OPT over a capped set of the paper's problem is enclosed by a
+working set of rows (``plugins.metrics.working_set``), its interval reported as
+it stands when a limit stops it first (``opt_status`` ``bounded``). The working
+set needs ``nu = 0`` (``choose_method``): the penalty, chi2 or kl, then plays no
+part; a problem with ``nu > 0`` is solved directly or not at all. OPT is cached
+on disk per (data, model, loss scale, K, B, and mu, nu and a kl penalty where
+they are set). The run's params gain OPT's certified interval
 (``opt_lower <= OPT <= opt``, ``opt_width``), ``opt_solver``, ``opt_status`` and
 ``opt_message``, and ``trivial_objective`` of ``w = 0`` with
 ``trivial_relative_suboptimality`` (a warning below ``NEARLY_SOLVED``); each
@@ -119,19 +122,25 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
     X, y, model = parts.dataset.X, parts.dataset.y, parts.model
     n, d = X.shape
     caps, spectrum = optimum.set_form(parts.constraint)
-    if caps is None and spectrum is None:
+    support = optimum.support_form(parts.constraint)
+    if caps is None and spectrum is None and support is None:
         return "skipped", (f"the constraint set '{parts.constraint.name}' is neither of the form "
                            "{0 <= p_i <= c_i, sum p = 1} (row_caps) nor a permutahedron "
-                           "(spectrum)"), None
+                           "(spectrum) nor given by its support function "
+                           "(support_function)"), None
     problem = parts.problem
     method = choose_method(conf, n * d, caps is not None, problem.mu, problem.nu)
     if method != "direct" and method != "working_set":
         return "skipped", method, None
     radius = float(problem.radius)
-    # the paper's problem (mu = nu = 0) hashes no mu, nu (its records: CACHE_FORMAT's)
-    reg = {"mu": problem.mu, "nu": problem.nu} if problem.mu or problem.nu else {}
+    # the paper's problem (mu = nu = 0) hashes no mu, nu (its records: CACHE_FORMAT's);
+    # the chi-square problem no penalty (its records: before kl existed)
+    reg: dict[str, Any] = {"mu": problem.mu, "nu": problem.nu} if problem.mu or problem.nu else {}
+    if problem.nu > 0.0 and problem.penalty != "chi2":
+        reg["penalty"] = problem.penalty
     # a capped set (the superquantile's too) hashes its caps as before spectra existed
-    form = {} if spectrum is None else {"spectrum": spectrum}
+    form: dict[str, Any] = ({"spectrum": spectrum} if spectrum is not None
+                            else {"support": support} if support is not None else {})
     key = optimum.cache_key(X, y, model, caps, radius, **reg, **form)  # streamed over X
     cache_dir = Path(conf["cache_dir"]).expanduser() if conf["cache_dir"] else default_cache_dir()
     cached = optimum.load_cached(cache_dir, key)
@@ -157,10 +166,10 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
             found = _tighter(found, cached)
     else:
         X = np.asarray(X[0:n], dtype=np.float64)  # memmaps and row-sliced stores alike
-        # a smooth, strongly convex F over a permutahedron has a path without cvxpy
-        smooth_spectral = (spectrum is not None
+        # a smooth, strongly convex F over a set without caps has a path without cvxpy
+        smooth_uncapped = (caps is None
                            and optimum.smooth_and_strongly_convex(problem.mu, problem.nu))
-        if not smooth_spectral and not _cvxpy_installed():
+        if not smooth_uncapped and not _cvxpy_installed():
             if conf["exact"] == "auto":
                 return "skipped", ("cvxpy is not installed (pip install "
                                    "'minimax-bench[exact]')"), None
@@ -180,6 +189,8 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if spectrum is not None:
         about["spectral_levels"] = int(optimum.spectral_levels(spectrum)[0].size)
+    if support is not None:
+        about["set"] = optimum.set_identity(support)
     path = optimum.store(cache_dir, key, found, about)
     status = "bounded" if found.status == "bounded" else "solved"
     return status, (f"by {found.solver} in {found.solve_time_s:.2f} s, cached in {path}"
@@ -189,7 +200,8 @@ def compute(parts: RunView, conf: dict[str, Any]) -> tuple[str, str, optimum.Opt
 def choose_method(conf: dict[str, Any], size: int, capped: bool, mu: float, nu: float) -> str:
     """``direct`` or ``working_set`` for a problem of ``size = n * d`` entries, or the
     reason OPT is skipped. The working set needs a capped set and the paper's
-    problem (``mu = nu = 0``): ``K_S`` inside ``K`` is what makes it certified."""
+    problem (``mu = nu = 0``, where the penalty plays no part): ``K_S`` inside
+    ``K`` is what makes it certified."""
     fits = capped and mu == 0.0 and nu == 0.0
     too_big = size > conf["max_size"]
     method = conf["method"]

@@ -27,6 +27,10 @@ A subproblem of at most ``conic_size`` entries (rows x parameters) is solved
 by ``optimum.solve`` (cvxpy, then ``optimum.certify``); a larger one by the
 smooth path (``smooth_subproblem``), its lower end certified by
 ``harness.gap.certified_min`` at its dual point.
+
+The problem is the paper's (``nu = 0``): the penalty of ``harness.problem``,
+chi2 or kl, plays no part, and ``plugins.metrics.reference`` solves a problem
+with ``nu > 0`` directly instead (``reference.choose_method``).
 """
 
 from __future__ import annotations

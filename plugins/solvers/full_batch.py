@@ -11,6 +11,9 @@ optional ``row_grad_bound``), so any model runs under it.
   ``L_row`` (``model.row_smoothness(X)``) and their gradient bound ``G`` over
   the ball of radius ``3B`` that FISTA's extrapolated points stay in
   (``model.row_grad_bound(X, y, 3B)``); a model without either needs ``lr``.
+  The bound holds for both penalties (``penalties``: chi2 and kl): each
+  ``D(q || 1/n)`` is 1-strongly convex in the l1 norm on the simplex, so the
+  inner maximiser moves by at most ``||dL||_inf / nu`` in l1.
   With ``nu = 0``, AGD on F smoothed by the chi-square term at ``nu_s = 2 G
   B / (T sqrt(n c_max))`` (Nesterov 2005), ``T = budget // n``, ``c_max`` the
   largest weight a point of K gives a row (largest cap or spectrum entry). ``q``, the
@@ -75,6 +78,9 @@ class FullBatch:
     smoothing when ``nu = 0``), or L-BFGS without a ball; full passes only."""
 
     name: ClassVar[str] = "full_batch"
+    #: the penalties ``problem.penalty`` it solves with nu > 0: both go through
+    #: ``Problem.value_and_grad``, and ``L_F`` holds for both (module docstring)
+    penalties: ClassVar[tuple[str, ...]] = ("chi2", "kl")
     #: linear convergence on a smooth, strongly convex problem: the contract
     #: suite's model check asks this accuracy of it (``harness.protocols.Solver``)
     contract_accuracy: ClassVar[float] = 1e-8
