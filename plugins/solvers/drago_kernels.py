@@ -127,8 +127,10 @@ def drago_primal(ms, X, y, st, c, first, second):  # pragma: no cover - compiled
             v[i] = s * st.l_hat[i] + keep_q * st.log_q[i]
     else:
         s = 1.0 / (c.nu * (1.0 + beta) * n)
+        base = 1.0 / ((1.0 + beta) * n)
+        keep_q = beta / (1.0 + beta)
         for i in range(n):
-            v[i] = (1.0 / n + beta * st.q[i]) / (1.0 + beta) + s * st.l_hat[i]
+            v[i] = base + keep_q * st.q[i] + s * st.l_hat[i]
     for i in range(j0, j1):
         loss = st.k_losses[i - k0] if second == K else st.j_losses[i - j0]
         v[i] += s * scale * (loss - st.l_old[i])
