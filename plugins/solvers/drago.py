@@ -295,7 +295,7 @@ class Drago(RowSolver):
     def contract_params(cls, n: int) -> dict[str, Any]:
         """The contract suite's parameters (``harness.contract``): the steady
         schedule, blocks of one row. On the suite's problems (mu = 0.1, rows
-        of smoothness up to 8: L/mu about 80) the paper's first steps, of about
+        of smoothness up to 5.9: L/mu = 59) the paper's first steps, of about
         ``1/(mu t)`` (``beta_t`` about ``t - 1``), grow the iterate past 1e50
         before they shrink below ``2/L``; the steady schedule with blocks of
         one row reaches the suite's 1e-8 in its 200 passes (docs/algorithms.md,
