@@ -7,6 +7,10 @@ five regression sets (yacht, energy, concrete, kin8nm, power) for two problems:
   polished by Newton's method and certified by strong convexity;
 * ``paper``: the paper's problem at k = 20 (mu = nu = 0, the default ball,
   the data set's default model and scaling): nonsmooth, the conic interval.
+* ``drago`` and ``drago_ball``: the f-divergence DRO study's two objectives
+  (``experiment=drago``, ``experiment=drago_ball``: the superquantile at level
+  0.25 and the chi-square ball of radius 1, mu = 1, nu = 1/n, no ball, on the
+  training split): smooth and strongly convex, polished and certified likewise.
 
 Each OPT is solved afresh (no cache) with the ``reference`` block's ``rtol``,
 ``atol`` and ``time_limit`` of the composed config. The interval is checked
@@ -38,6 +42,8 @@ DATASETS = ("yacht", "energy", "concrete", "kin8nm", "power")
 PROBLEMS = {
     "prospect": ["experiment=prospect", "solver=full_batch"],
     "paper": ["constraint.k=20"],
+    "drago": ["experiment=drago", "solver=full_batch"],
+    "drago_ball": ["experiment=drago_ball", "solver=full_batch"],
 }
 
 
@@ -56,9 +62,12 @@ def row(dataset: str, problem: str) -> dict[str, object]:
     P, ref = parts(dataset, problem)
     X = np.asarray(P.X[0:P.n], dtype=np.float64)
     start = time.perf_counter()
-    opt = optimum.solve(X, P.y, P.model, P.constraint.row_caps(), float(P.radius),
+    caps, spectrum = optimum.set_form(P.constraint)
+    opt = optimum.solve(X, P.y, P.model, caps, float(P.radius),
                         rtol=float(ref.get("rtol", 1e-5)), atol=float(ref.get("atol", 1e-8)),
-                        time_limit=float(ref.get("time_limit", 120.0)), mu=P.mu, nu=P.nu)
+                        time_limit=float(ref.get("time_limit", 120.0)), mu=P.mu, nu=P.nu,
+                        spectrum=spectrum, penalty=P.penalty,
+                        support=optimum.support_form(P.constraint))
     seconds = time.perf_counter() - start
     width = opt.value - opt.lower
     return {"dataset": dataset, "problem": problem, "n": P.n, "opt": opt.value,
