@@ -207,8 +207,11 @@ def config_labels(configs: Sequence[tuple[str, str, Mapping[str, str]]],
     of that algorithm on one problem (e.g. ``exp4mp budget=200000``).
 
     Params are picked greedily, the one that separates most pairs first; among
-    equals, a param the sweep overrode (``preferred``), then a top-level one,
-    then the shortest name: ``budget`` rather than the step sizes derived from it.
+    equals, a param the sweep overrode (``preferred``), then the one with the
+    fewest distinct values over the algorithm's configurations (the same label
+    on every problem: ``block_size=16`` rather than the block count it gives on
+    each data set), then a top-level one, then the shortest name: ``budget``
+    rather than the step sizes derived from it.
     """
     chosen: dict[str, list[str]] = {}
     for algorithm in {a for a, _, _ in configs}:
@@ -219,7 +222,9 @@ def config_labels(configs: Sequence[tuple[str, str, Mapping[str, str]]],
         while pairs:
             differ = {k for a, b in pairs for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
             best = min(differ, key=lambda k: (-sum(a.get(k) != b.get(k) for a, b in pairs),
-                                              k not in preferred, k.count("."), len(k), k))
+                                              k not in preferred,
+                                              len({c.get(k) for _, c in mine}),
+                                              k.count("."), len(k), k))
             keys.append(best)
             pairs = [(a, b) for a, b in pairs if a.get(best) == b.get(best)]
         chosen[algorithm] = keys

@@ -205,6 +205,12 @@ def test_labels_name_the_fewest_params_that_tell_configurations_apart():
         "exp4mp p_player.eta=0.1", "exp4mp p_player.eta=0.03"]
     # seeds of one configuration are one line, not a pair to tell apart
     assert report.config_labels([("exp4mp", "p1", small)] * 2) == ["exp4mp", "exp4mp"]
+    # a param with the same values on every problem (a block size) wins over one
+    # whose value differs per problem (the block count it gives), though it is longer
+    runs = [("drago", problem, {"solver.block_size": size, "solver.blocks": str(n // int(size))})
+            for problem, n in (("p1", 240), ("p2", 960)) for size in ("1", "16")]
+    assert report.config_labels(runs) == ["drago solver.block_size=1",
+                                          "drago solver.block_size=16"] * 2
     assert report.configuration({"seed": "0", "opt_status": "cached", "opt": "0.1",
                                  "trivial_objective": "1", "reference.cache_dir": "/x",
                                  "budget": "4000"}) == {"budget": "4000"}
