@@ -433,14 +433,19 @@ def load(source: str | None, experiment: str, filter_string: str = "",
 
 
 def band(curves: Curves, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Steps common to every run of the algorithm, and the median/min/max there."""
-    series = [h[metric] for h in curves.runs.values() if metric in h]
+    """The median/min/max over the runs of the algorithm at every step one of them
+    logged within the span all of them cover, each run read at its last checkpoint
+    at or before the step (runs whose checkpoints fall on different data points,
+    e.g. Drago's, whose steps process a varying number of rows, are compared at
+    every one of them; runs with the same checkpoints at exactly those)."""
+    series = [h[metric] for h in curves.runs.values() if metric in h and h[metric][0].size]
     if not series:
         return (np.empty(0),) * 4
-    steps = series[0][0]
-    for s, _ in series[1:]:
-        steps = np.intersect1d(steps, s)
-    values = np.array([v[np.searchsorted(s, steps)] for s, v in series])
+    first = max(float(s[0]) for s, _ in series)
+    last = min(float(s[-1]) for s, _ in series)
+    steps = np.unique(np.concatenate([s for s, _ in series]))
+    steps = steps[(steps >= first) & (steps <= last)]
+    values = np.array([v[np.searchsorted(s, steps, side="right") - 1] for s, v in series])
     return steps, np.median(values, axis=0), values.min(axis=0), values.max(axis=0)
 
 

@@ -300,6 +300,25 @@ def test_table_values_are_the_median_min_max_of_the_last_checkpoints(sweep):
     assert steps[-1] == 6000 and np.all(lo <= med) and np.all(med <= hi)
 
 
+def test_band_compares_runs_whose_checkpoints_fall_on_different_data_points():
+    """Two seeds checkpointed at different data points (as a solver whose steps
+    process a varying number of rows): the band has every step either logged
+    within the span both cover, each seed read at its last checkpoint at or before
+    it (exact values, no tolerance)."""
+    a = (np.array([10.0, 30.0, 52.0, 100.0]), np.array([1.0, 0.1, 0.01, 0.001]))
+    b = (np.array([12.0, 31.0, 50.0, 99.0]), np.array([2.0, 0.2, 0.02, 0.002]))
+    curves = report.Curves(runs={"0": {"m": a}, "1": {"m": b}})
+    steps, med, lo, hi = report.band(curves, "m")
+    np.testing.assert_array_equal(steps, [12.0, 30.0, 31.0, 50.0, 52.0, 99.0])
+    np.testing.assert_array_equal(lo, [1.0, 0.1, 0.1, 0.02, 0.01, 0.002])
+    np.testing.assert_array_equal(hi, [2.0, 2.0, 0.2, 0.1, 0.02, 0.01])
+    # the same checkpoints: exactly those
+    same = report.Curves(runs={"0": {"m": a}, "1": {"m": (a[0], 2 * a[1])}})
+    steps, med, _, _ = report.band(same, "m")
+    np.testing.assert_array_equal(steps, a[0])
+    np.testing.assert_array_equal(med, 1.5 * a[1])
+
+
 def test_report_on_a_missing_experiment_says_so(tmp_path):
     with pytest.raises(SystemExit, match="no experiment named 'nope'"):
         report.main(["--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--experiment", "nope",
