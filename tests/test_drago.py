@@ -533,7 +533,7 @@ def test_declares_its_penalties_and_logs_its_values():
     here), the blocks (5) and the coupling ``1/(16 eta (1+eta) (n-1)^2)``."""
     assert Drago.penalties == ("chi2", "kl")
     logged = Drago().setup(drago_problem(), 0)
-    assert logged["lr"] == 0.01 and logged["block_size"] == 12 and logged["blocks"] == 5
+    assert logged["lr"] == 0.01 and logged["block_rows"] == 12 and logged["blocks"] == 5
     assert logged["coupling"] == pytest.approx(1 / (16 * 0.01 * 1.01 * 49**2), rel=1e-15)
     assert Drago(lr_scale=3.0).setup(drago_problem(), 0)["lr"] == pytest.approx(0.03)
     with pytest.raises(harness.ConfigError, match="lr_scale"):

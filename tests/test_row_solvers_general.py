@@ -594,3 +594,15 @@ def test_sgd_on_the_chi2_ball_weighs_a_batch_as_the_authors(penalty, nu):
             solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
         w = w - lr * (grads.T @ q.value + problem.mu * w)
     np.testing.assert_allclose(solver.w, w, rtol=0, atol=1e-8)
+
+
+def test_sgd_on_the_chi2_ball_steps_by_the_batch_set():
+    """The mini-batch estimator's default smooth step is ``1 / (b sigma_b L + mu)``
+    with ``sigma_b`` the largest weight of ``subset(b)`` (exact; yacht n = 40,
+    radius 1, batch 8, the constant schedule so the step is the default itself)."""
+    problem = problem_on(ball(40, 1.0), nu=1.0, mu=1.0)
+    solver = SGD(batch=8, schedule="constant")
+    logged = solver.setup(problem, 40 * 50)
+    sigma_b = ball(8, 1.0).max_weight()
+    assert logged["lr_default"] == pytest.approx(
+        1.0 / (8 * sigma_b * solver.smoothness_ + 1.0), rel=1e-15)

@@ -381,7 +381,7 @@ class Drago(RowSolver):
         self.w = st.w
         self.counts_ = st.counts
         self._sync()
-        return {"lr": eta, "lr_default": DEFAULT_LR, "block_size": b, "blocks": blocks,
+        return {"lr": eta, "lr_default": DEFAULT_LR, "block_rows": b, "blocks": blocks,
                 "coupling": coupling, "penalty": penalty}
 
     # -- steps -------------------------------------------------------------------

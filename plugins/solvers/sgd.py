@@ -44,7 +44,7 @@ from numba import njit
 import harness
 from harness import Param
 from plugins.lib.steps import check_scale, scale_param
-from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver
+from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver, default_step
 from plugins.solvers.set_form import ROW_CAPS, SetForm, set_form, spectrum_form
 
 #: schedule codes of the kernel
@@ -165,6 +165,17 @@ class SGD(RowSolver):
                 "form, which a set without row caps does not take (the mini-batch "
                 "estimator has no threshold): leave tau_lr and tau_lr_scale unset.")
         n, mu, nu = self.n_, float(problem.mu), self.nu_
+        if self.mode_ == SUBSET:
+            # the estimator's weights are a point of subset(b): its smooth step is
+            # 1 / (b sigma_b L + mu), sigma_b that set's largest weight (the full set's
+            # n sigma_max, about sqrt(2 n radius) on the chi-square ball, is no bound
+            # on a batch whose b weights sum to 1)
+            batch_set = problem.constraint.subset(b)
+            offered = getattr(batch_set, "max_weight", None)
+            sigma_b = float(offered()) if callable(offered) else 1.0
+            self.lr_smooth_ = default_step(b, sigma_b, self.smoothness_, mu)
+            if nu > 0.0 or math.isinf(float(problem.radius)):  # smooth: that step
+                self.lr_default_ = self.lr_smooth_
         #: the KL penalty in the kernels (with nu = 0 the penalty plays no part)
         self.kl_ = nu > 0.0 and self.penalty_ == "kl"
         radius = float(problem.radius)
