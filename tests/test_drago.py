@@ -309,9 +309,9 @@ def exact_opt(problem: Problem):
 #: passes over the n = 50 rows for 1e-8 (measured, seed 0, after these 300 passes: at
 #: most 1.4e-10, the chi-square ball's KL with blocks of one row, 6.5e-7 after 200)
 PASSES = 300
-#: the step for each block: the default, but 0.003 for a block of one row (eta of
-#: the order of b/n: at 0.01 = b/(2n) the chi-square ball stalls near 3e-2)
-STEPS = {1: 0.003, 16: None, "n/d": None}
+#: the step for each block: the default b/(8n) (the authors' code's 0.01 = b/(2n)
+#: stalls near 3e-2 on the chi-square ball with blocks of one row)
+STEPS = {1: None, 16: None, "n/d": None}
 
 
 @pytest.mark.parametrize("block", [1, 16, "n/d"])
@@ -529,12 +529,13 @@ def test_refuses_what_it_cannot_solve():
 
 def test_declares_its_penalties_and_logs_its_values():
     """``penalties`` names chi2 and kl; ``setup`` records the step (default
-    0.01, the authors'; ``lr_scale`` multiplies it), the block size (n/d = 12
+    b/(8n) = 12/400; ``lr_scale`` multiplies it), the block size (n/d = 12
     here), the blocks (5) and the coupling ``1/(16 eta (1+eta) (n-1)^2)``."""
     assert Drago.penalties == ("chi2", "kl")
     logged = Drago().setup(drago_problem(), 0)
-    assert logged["lr"] == 0.01 and logged["block_rows"] == 12 and logged["blocks"] == 5
-    assert logged["coupling"] == pytest.approx(1 / (16 * 0.01 * 1.01 * 49**2), rel=1e-15)
-    assert Drago(lr_scale=3.0).setup(drago_problem(), 0)["lr"] == pytest.approx(0.03)
+    assert logged["lr"] == logged["lr_default"] == 0.03
+    assert logged["block_rows"] == 12 and logged["blocks"] == 5
+    assert logged["coupling"] == pytest.approx(1 / (16 * 0.03 * 1.03 * 49**2), rel=1e-15)
+    assert Drago(lr_scale=3.0).setup(drago_problem(), 0)["lr"] == pytest.approx(0.09)
     with pytest.raises(harness.ConfigError, match="lr_scale"):
         Drago(lr=0.1, lr_scale=2.0).setup(drago_problem(), 0)

@@ -32,8 +32,9 @@ from plugins.lib.steps import scale_param, scaled_step
 from plugins.solvers.row_solver import RowSolver, row_data
 from plugins.solvers.set_form import ROW_CAPS, SetForm, set_form
 
-#: the authors' step ``lr`` (ronakdm/drago ``src/drago.py``), the default eta
-DEFAULT_LR = 0.01
+#: the authors' code's step ``lr`` (ronakdm/drago ``src/drago.py``), which their study
+#: tunes per data set; the default here is ``b / (2n)`` (``default_step``)
+AUTHORS_LR = 0.01
 #: ``counts_[3]`` after the set-up: every row's gradient is at the current iterate
 ALL_FRESH = -2
 #: Newton passes of the warm-started threshold before the sorted, exact one
@@ -225,6 +226,11 @@ def drago_dual_step(st, consts, form):  # pragma: no cover - compiled
     return 0
 
 
+def default_step(n: int, b: int) -> float:
+    """The default eta for ``n`` rows in blocks of ``b``: ``b / (8n)`` (``Drago``)."""
+    return b / (8.0 * n)
+
+
 class Drago(RowSolver):
     """Algorithm 1 of Mehta, Diakonikolas and Harchaoui (NeurIPS 2024) on ``F``
     (``harness.problem``), ``mu > 0`` and ``nu > 0``, with the chi-square or the
@@ -246,10 +252,14 @@ class Drago(RowSolver):
     point): the paper's first steps, of about ``1/(mu t)``, overshoot where
     the smoothness of F is large against ``mu``.
 
-    Step ``eta = lr``, default ``lr_scale * 0.01``: the authors' default
-    (ronakdm/drago, ``src/drago.py``); the paper's theorem sets eta from
-    constants (b, n, mu, nu, the rows' Lipschitz and smoothness constants)
-    that are not restated here. ``block_size``: an int, or "n/d" (``n // d``,
+    Step ``eta = lr``, default ``lr_scale * b / (8n)`` (``default_step``): the
+    weights ``(1+eta)^t`` must not outgrow a cycle through the M = n/b blocks
+    (each table entry is M steps old when refreshed), so eta is of the order of
+    b/n. On a grid 3e-4 ... 0.3 (yacht and power, blocks of 1, 16 and n/d rows,
+    100 passes) the best eta was about b/(2n) on the superquantile and b/(10n)
+    to b/(20n) on the chi-square ball, diverging above about b/(2n) there; b/(8n)
+    converges on both (docs/algorithms.md, "Drago"). The authors' code's default is 0.01 for every b (``lr=0.01``),
+    which their study tunes. ``block_size``: an int, or "n/d" (``n // d``,
     d the columns of X, at least 1; the authors' default).
 
     Counters per step (docs/tracking.md, Counters): block K at the new iterate
@@ -271,7 +281,7 @@ class Drago(RowSolver):
     template: ClassVar[str] = "plugins.solvers.drago_kernels"
     params: ClassVar[dict[str, Param]] = {
         "lr": Param(float, low=0.0, low_open=True, nullable=True,
-                    doc=f"the step eta; None: {DEFAULT_LR} (the authors' default)"),
+                    doc="the step eta; None: b / (8n) (the authors' code: 0.01, tuned)"),
         "lr_scale": scale_param("lr"),
         "block_size": Param(BlockSize, default="n/d",
                             doc="rows per block b; 'n/d': n // d (d the columns of X), at "
@@ -353,8 +363,8 @@ class Drago(RowSolver):
         n, p = X.shape[0], problem.n_params
         b = self._block(n, X.shape[1] if X.ndim == 2 else 1)
         blocks = -(-n // b)
-        self.lr_default_ = DEFAULT_LR
-        eta = scaled_step(self.name, "lr", self.lr, self.lr_scale, DEFAULT_LR)
+        self.lr_default_ = default_step(n, b)
+        eta = scaled_step(self.name, "lr", self.lr, self.lr_scale, self.lr_default_)
         self.lr_ = eta
         coupling = 1.0 / (16.0 * eta * (1.0 + eta) * (n - 1) ** 2) if n > 1 else 0.0
         kl = penalty == "kl"
@@ -381,7 +391,7 @@ class Drago(RowSolver):
         self.w = st.w
         self.counts_ = st.counts
         self._sync()
-        return {"lr": eta, "lr_default": DEFAULT_LR, "block_rows": b, "blocks": blocks,
+        return {"lr": eta, "lr_default": self.lr_default_, "block_rows": b, "blocks": blocks,
                 "coupling": coupling, "penalty": penalty}
 
     # -- steps -------------------------------------------------------------------
