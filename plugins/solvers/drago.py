@@ -259,8 +259,9 @@ class Drago(RowSolver):
     100 passes) the best eta was about b/(2n) on the superquantile and b/(10n)
     to b/(20n) on the chi-square ball, diverging above about b/(2n) there; b/(8n)
     converges on both (docs/algorithms.md, "Drago"). The authors' code's default
-    is 0.01 for every b (``lr=0.01``), which their study tunes. ``block_size``: an int, or "n/d" (``n // d``,
-    d the columns of X, at least 1; the authors' default).
+    is 0.01 for every b (``lr=0.01``), which their study tunes. ``block_size``:
+    an int, or "n/d" (``n // d``, d the columns of X, at least 1; the authors'
+    default).
 
     Counters per step (docs/tracking.md, Counters): block K at the new iterate
     (b data points; gradients of the rows whose new dual weight is nonzero);
