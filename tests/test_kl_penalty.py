@@ -653,3 +653,41 @@ def test_full_batch_default_step_is_a_descent_step_with_kl():
         start = P.value(solver.w)
         solver.advance(P, rng, 200 * 40)
         assert P.value(solver.w) < start
+
+
+@pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
+@pytest.mark.parametrize(("penalty", "nu"), [("chi2", 0.5), ("kl", 0.5)])
+def test_the_chi2_ball_optimum_matches_an_independent_minimax(penalty, nu):
+    # seed 4, n = 12, d = 2, the chi-square ball of radius 0.3, mu = 0.2, no ball on
+    # w: OPT by the support-function path against scipy's L-BFGS-B on F whose inner
+    # maximum each evaluation solves by cvxpy (Clarabel) over the ball written out
+    # here (Danskin's gradient), none of the set's own oracles: within 1e-6
+    # relative (the nested solver's accuracy), and inside OPT's certified interval
+    # widened by that amount
+    cp = pytest.importorskip("cvxpy")
+    from plugins.sets.chi2_ball import Chi2Ball
+
+    n, d, radius, mu = 12, 2, 0.3, 0.2
+    X, y, m = _regression(n, d, 4)
+    found = optimum.solve(X, y, m, None, math.inf, rtol=1e-10, atol=1e-13, mu=mu, nu=nu,
+                          penalty=penalty, support=Chi2Ball(n, radius))
+    q = cp.Variable(n)
+    losses = cp.Parameter(n)
+    u = np.full(n, 1.0 / n)
+    divergence = (n / 2.0 * cp.sum_squares(q - u) if penalty == "chi2"
+                  else -cp.sum(cp.entr(q)) + math.log(n))
+    inner = cp.Problem(cp.Maximize(losses @ q - nu * divergence),
+                       [q >= 0, cp.sum(q) == 1, cp.sum_squares(q - u) <= 2.0 * radius / n])
+
+    def value_grad(w):
+        residual = X @ w - y
+        losses.value = 0.5 * residual**2  # linear_mse with loss scale 2
+        inner.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12,
+                    tol_feas=1e-12)
+        weights = np.clip(q.value, 0.0, None)
+        return inner.value + 0.5 * mu * w @ w, X.T @ (weights * residual) + mu * w
+
+    res = optimize.minimize(value_grad, np.zeros(d), jac=True, method="L-BFGS-B",
+                            options={"ftol": 1e-14, "gtol": 1e-9})
+    assert res.fun == pytest.approx(found.value, rel=1e-6)
+    assert found.lower - 1e-6 * abs(res.fun) <= res.fun
