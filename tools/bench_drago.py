@@ -91,11 +91,14 @@ def measure(prob: Problem, block, seconds: float, repeat: int) -> dict[str, floa
     solver = Drago(block_size=block)
     solver.setup(prob, 0)
     rng = np.random.default_rng(0)
+    began, warm = time.perf_counter(), solver.data_points
     while (solver.data_points < (1 + WARM_PASSES) * prob.n
            and int(solver.counts_[2]) < WARM_STEPS):
         solver.advance(prob, rng, solver.data_points + 1)
     per_step, per_point = [], []
-    budget = max(1, prob.n // 100)  # data points of the first timed call
+    # the first timed call: about ``seconds`` at the warm-up's pace
+    pace = (time.perf_counter() - began) / max(solver.data_points - warm, 1)
+    budget = max(1, int(seconds / max(pace, 1e-12)))
     for _ in range(repeat):
         steps, points = int(solver.counts_[2]), solver.data_points
         began = time.perf_counter()
