@@ -55,6 +55,35 @@ def game_cfg(*overrides: str, registry: Any = None, **values: Any) -> dict[str, 
     return cfg
 
 
+class OraclesOnly:
+    """A test double: the set ``inner`` seen through its oracles only (``lmo``,
+    ``euclidean_project``, ``project``, ``contains``), without row caps, a
+    spectrum or a sampler, so that a solver reads it as it reads a third party's
+    set (``Problem.inner``, the set's own projections)."""
+
+    name = "oracles_only"
+    sampler = "none"
+
+    def __init__(self, inner) -> None:
+        self.inner, self.n, self.k = inner, inner.n, inner.k
+
+    def row_caps(self):
+        return None
+
+    def lmo(self, losses):
+        return self.inner.lmo(losses)
+
+    def euclidean_project(self, v):
+        return self.inner.euclidean_project(v)
+
+    def project(self, weights, gamma=0.0, *, log_domain=False, return_capped=False):
+        return self.inner.project(weights, gamma, log_domain=log_domain,
+                                  return_capped=return_capped)
+
+    def contains(self, p, atol=1e-9):
+        return self.inner.contains(p, atol)
+
+
 class StopAt:
     """A plugin that interrupts the game at its ``at``-th checkpoint
     (KeyboardInterrupt; the state saved is the one before)."""

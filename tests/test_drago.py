@@ -26,7 +26,7 @@ from plugins.metrics.optimum import polish
 from plugins.sets.chi2_ball import Chi2Ball
 from plugins.solvers.drago import NEWTON_PASSES, Drago, capped_threshold
 
-from conftest import StopAt, game_cfg
+from conftest import OraclesOnly, StopAt, game_cfg
 
 #: the suite's instance: n rows, d features (n/d = 12 rows a block: 5 blocks,
 #: the last of 2 rows)
@@ -53,32 +53,6 @@ def drago_problem(n: int = N, d: int = D, seed: int = 0, mu: float = 1.0,
     else:
         K = harness.build("constraint_set", "spectral", n=n, risk=risk, level=0.25)
     return Problem(X, y, model, K, mu, 1.0 / n if nu is None else nu, radius, penalty=penalty)
-
-
-class NoForm:
-    """A test double: the set ``inner`` without row caps or a spectrum, so that
-    Drago takes its dual step by the set's own projection, from Python."""
-
-    name = "no_form"
-
-    def __init__(self, inner) -> None:
-        self.inner, self.n, self.k, self.sampler = inner, inner.n, inner.k, "none"
-
-    def row_caps(self):
-        return None
-
-    def lmo(self, losses):
-        return self.inner.lmo(losses)
-
-    def euclidean_project(self, v):
-        return self.inner.euclidean_project(v)
-
-    def project(self, weights, gamma=0.0, *, log_domain=False, return_capped=False):
-        return self.inner.project(weights, gamma, log_domain=log_domain,
-                                  return_capped=return_capped)
-
-    def contains(self, p, atol=1e-9):
-        return self.inner.contains(p, atol)
 
 
 def kl_value_grad(problem: Problem, w: np.ndarray) -> tuple[float, np.ndarray]:
@@ -282,7 +256,7 @@ def test_the_compiled_dual_step_is_the_sets_projection(risk, penalty):
     # pooling) and the run through the set's own projection from Python (the
     # same set without its form: NoForm) end at the same w and q to 1e-12
     compiled = drago_problem(risk=risk, penalty=penalty)
-    python = drago_problem(risk=risk, penalty=penalty, constraint=NoForm(compiled.constraint))
+    python = drago_problem(risk=risk, penalty=penalty, constraint=OraclesOnly(compiled.constraint))
     a = run(Drago(lr=0.03, block_size=7), compiled, 3 * N, seed=4)
     b = run(Drago(lr=0.03, block_size=7), python, 3 * N, seed=4)
     assert a.form_ is not None and b.form_ is None

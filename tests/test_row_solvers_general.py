@@ -26,6 +26,8 @@ from plugins.solvers.lsvrg import LSVRG
 from plugins.solvers.prospect import Prospect
 from plugins.solvers.sgd import SGD, ru_phi, ru_weight, tau_range
 
+from conftest import OraclesOnly
+
 
 class _Rows:
     def __init__(self, X, y):
@@ -59,35 +61,17 @@ def simplex(n: int):
     return harness.build("constraint_set", "simplex", n=n)
 
 
-class ProjectionOnly:
+class ProjectionOnly(OraclesOnly):
     """A test double: the capped simplex ``make(n)`` (a k-set or the simplex)
-    through its oracles only: no row caps and no spectrum, so the solvers read
-    it through ``Problem.inner`` (its ``lmo``, ``euclidean_project``,
-    ``project``); ``max_weight`` its cap, ``subset(m)`` the same double over
-    ``make(m)``."""
+    through its oracles only (``OraclesOnly``), so the solvers read it through
+    ``Problem.inner``; ``max_weight`` its cap, ``subset(m)`` the same double
+    over ``make(m)``."""
 
     name = "projection_only"
-    sampler = "none"
 
     def __init__(self, make, n: int) -> None:
-        self.make, self.inner, self.n = make, make(n), n
-        self.k = self.inner.k
-
-    def row_caps(self):
-        return None
-
-    def lmo(self, losses):
-        return self.inner.lmo(losses)
-
-    def euclidean_project(self, v):
-        return self.inner.euclidean_project(v)
-
-    def project(self, weights, gamma=0.0, *, log_domain=False, return_capped=False):
-        return self.inner.project(weights, gamma, log_domain=log_domain,
-                                  return_capped=return_capped)
-
-    def contains(self, p, atol=1e-9):
-        return self.inner.contains(p, atol)
+        super().__init__(make(n))
+        self.make = make
 
     def max_weight(self):
         return 1.0 / self.inner.k

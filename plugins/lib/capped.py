@@ -790,3 +790,20 @@ def capped_set_sample(ks, p, rng):  # pragma: no cover - compiled
 def capped_set_euclidean(ks, v):  # pragma: no cover - compiled
     """``K.euclidean_project(v)`` of the k-set, the simplex and the alpha-set."""
     return euclidean_projection_row_caps(v, ks.caps)
+
+
+def check_gamma(gamma: float) -> None:
+    """The mixing rate of a set's ``project``: ValueError unless ``0 <= gamma < 1``."""
+    if not 0.0 <= gamma < 1.0:
+        raise ValueError(f"gamma must be in [0, 1). Got {gamma!r} instead.")
+
+
+def log_weights(weights: Any, log_domain: bool) -> np.ndarray:
+    """The log-weights a set's KL ``project`` reads: ``weights`` as float64,
+    their logarithm unless they are logs already (``log_domain``); a zero
+    weight is ``-inf``."""
+    log_w = np.asarray(weights, dtype=np.float64)
+    if not log_domain:
+        with np.errstate(divide="ignore"):
+            log_w = np.log(log_w)
+    return log_w

@@ -30,6 +30,8 @@ from plugins.lib.capped import (
     alpha_kl_projection,
     capped_set_state,
     capped_simplex_euclidean,
+    check_gamma,
+    log_weights,
     multiset_round,
 )
 
@@ -279,16 +281,12 @@ class AlphaSet:
         uniform distribution at rate ``gamma`` (Lines 3-10 of Algorithm 2 with
         per-row caps): capped rows end at exactly ``alpha_i``, the uncapped rows
         are ``(1 - gamma) lam w_i + gamma / n`` with one common ``lam``."""
-        if not 0.0 <= gamma < 1.0:
-            raise ValueError(f"gamma must be in [0, 1). Got {gamma!r} instead.")
+        check_gamma(gamma)
         alpha = self.alpha
         if int(self.caps_.sum()) == self.k:  # sum alpha = 1: the set is the point alpha
             p = alpha.copy()
             return (p, np.ones(self.n, dtype=bool)) if return_capped else p
-        log_w = np.asarray(weights, dtype=np.float64)
-        if not log_domain:
-            with np.errstate(divide="ignore"):
-                log_w = np.log(log_w)
+        log_w = log_weights(weights, log_domain)
         q, capped = alpha_kl_projection(log_w, self.kappa(gamma))
         p = (1.0 - gamma) * q + gamma / self.n
         p[capped] = alpha[capped]

@@ -20,6 +20,7 @@ import numpy as np
 
 import harness
 from harness import ConfigError, Draw, Param
+from plugins.lib.capped import check_gamma, log_weights
 from plugins.lib.chi2_ball import (
     chi2_ball_euclidean,
     chi2_ball_kl_projection,
@@ -118,12 +119,8 @@ class Chi2Ball:
         log_domain=True)`` is the KL-penalised best response ``argmax_{q in K} <l,
         q> - nu KL(q || 1/n)``. No row is capped: the mask of ``return_capped`` is
         all False."""
-        if not 0.0 <= gamma < 1.0:
-            raise ValueError(f"gamma must be in [0, 1). Got {gamma!r} instead.")
-        log_w = np.asarray(weights, dtype=np.float64)
-        if not log_domain:
-            with np.errstate(divide="ignore"):
-                log_w = np.log(log_w)
+        check_gamma(gamma)
+        log_w = log_weights(weights, log_domain)
         q = chi2_ball_kl_projection(log_w, self.r_sq_ / (1.0 - gamma) ** 2)
         p = q if gamma == 0.0 else (1.0 - gamma) * q + gamma / self.n
         return (p, np.zeros(self.n, dtype=bool)) if return_capped else p

@@ -29,7 +29,9 @@ from plugins.lib.capped import (
     capped_kl_projection,
     capped_set_state,
     capped_simplex_euclidean,
+    check_gamma,
     depround,
+    log_weights,
     systematic,
 )
 
@@ -81,12 +83,8 @@ class KSet:
         """Lines 3-10 of Algorithm 2: project onto ``S_{n, 1/kappa}``, then mix
         with the uniform distribution at rate ``gamma``; capped rows end at
         exactly 1/k."""
-        if not 0.0 <= gamma < 1.0:
-            raise ValueError(f"gamma must be in [0, 1). Got {gamma!r} instead.")
-        log_w = np.asarray(weights, dtype=np.float64)
-        if not log_domain:
-            with np.errstate(divide="ignore"):
-                log_w = np.log(log_w)
+        check_gamma(gamma)
+        log_w = log_weights(weights, log_domain)
         q, capped = capped_kl_projection(log_w, self.kappa(gamma))
         p = (1.0 - gamma) * q + gamma / self.n
         p[capped] = 1.0 / self.k

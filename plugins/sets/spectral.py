@@ -23,7 +23,12 @@ import numpy as np
 import harness
 from harness import ConfigError, Draw, Param
 from harness.engine import Compiled
-from plugins.lib.capped import capped_kl_projection, capped_simplex_euclidean
+from plugins.lib.capped import (
+    capped_kl_projection,
+    capped_simplex_euclidean,
+    check_gamma,
+    log_weights,
+)
 from plugins.lib.permutahedron import (
     RISKS,
     permutahedron_kl_projection,
@@ -136,15 +141,11 @@ class Spectral:
         superquantile: the capped simplex's (Algorithm 4), capped rows ending at
         the cap. Otherwise pooling with log-sum-exp blocks; the mask of
         ``return_capped`` then marks the rows fixed at a spectrum entry."""
-        if not 0.0 <= gamma < 1.0:
-            raise ValueError(f"gamma must be in [0, 1). Got {gamma!r} instead.")
+        check_gamma(gamma)
         if self.kset_ is not None:
             return self.kset_.project(weights, gamma, log_domain=log_domain,
                                       return_capped=return_capped)
-        log_w = np.asarray(weights, dtype=np.float64)
-        if not log_domain:
-            with np.errstate(divide="ignore"):
-                log_w = np.log(log_w)
+        log_w = log_weights(weights, log_domain)
         log_w = np.ascontiguousarray(log_w)
         n = self.n
         if self.cap_ is not None:
