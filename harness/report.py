@@ -451,15 +451,17 @@ def band(curves: Curves, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def x_values(curves: Curves, steps: np.ndarray, x: str) -> np.ndarray:
     """The x-axis values at ``steps`` (data points): the steps themselves, or the
-    median over the runs of the counter ``x`` logged at those steps (NaN where
-    no run logged it: runs of a version without the counter)."""
+    median over the runs of the counter ``x`` at those steps, each run's counter
+    (nondecreasing in data points) interpolated between its own checkpoints, so
+    runs checkpointed at different data points (``band``) give one increasing
+    axis; NaN outside a run's checkpoints and where no run logged the counter
+    (runs of a version without it)."""
     if x == "data_points":
         return steps
     out = []
     for s, v in (h[x] for h in curves.runs.values() if x in h):
-        at = np.searchsorted(s, steps)
-        hit = (at < s.size) & (s[np.minimum(at, s.size - 1)] == steps)
-        out.append(np.where(hit, v[np.minimum(at, s.size - 1)], np.nan))
+        out.append(np.interp(steps, s, v, left=np.nan, right=np.nan) if s.size
+                   else np.full(steps.shape, np.nan))
     if not out:
         return np.full(steps.shape, np.nan)
     return np.nanmedian(np.array(out), axis=0) if len(out) > 1 else out[0]

@@ -312,6 +312,14 @@ def test_band_compares_runs_whose_checkpoints_fall_on_different_data_points():
     np.testing.assert_array_equal(steps, [12.0, 30.0, 31.0, 50.0, 52.0, 99.0])
     np.testing.assert_array_equal(lo, [1.0, 0.1, 0.1, 0.02, 0.01, 0.002])
     np.testing.assert_array_equal(hi, [2.0, 2.0, 0.2, 0.1, 0.02, 0.01])
+    # a counter on the x-axis (wall time) is each run's, interpolated at the band's
+    # steps, then the median: increasing, where reading only exact hits zigzags
+    wall = {"0": (a[0], a[0] / 10.0), "1": (b[0], b[0] / 5.0)}
+    for seed, history in wall.items():
+        curves.runs[seed]["wall_time_s"] = history
+    steps, _, _, _ = report.band(curves, "m")
+    x = report.x_values(curves, steps, "wall_time_s")
+    np.testing.assert_allclose(x, 0.15 * steps, rtol=1e-15)
     # the same checkpoints: exactly those
     same = report.Curves(runs={"0": {"m": a}, "1": {"m": (a[0], 2 * a[1])}})
     steps, med, _, _ = report.band(same, "m")

@@ -588,5 +588,6 @@ def test_sgd_on_the_chi2_ball_steps_by_the_batch_set():
     solver = SGD(batch=8, schedule="constant")
     logged = solver.setup(problem, 40 * 50)
     sigma_b = ball(8, 1.0).max_weight()
+    assert logged["sigma_batch"] == sigma_b
     assert logged["lr_default"] == pytest.approx(
         1.0 / (8 * sigma_b * solver.smoothness_ + 1.0), rel=1e-15)

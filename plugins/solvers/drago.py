@@ -32,9 +32,6 @@ from plugins.lib.steps import scale_param, scaled_step
 from plugins.solvers.row_solver import RowSolver, row_data
 from plugins.solvers.set_form import ROW_CAPS, SetForm, set_form
 
-#: the authors' code's step ``lr`` (ronakdm/drago ``src/drago.py``), which their study
-#: tunes per data set; the default here is ``b / (2n)`` (``default_step``)
-AUTHORS_LR = 0.01
 #: ``counts_[3]`` after the set-up: every row's gradient is at the current iterate
 ALL_FRESH = -2
 #: Newton passes of the warm-started threshold before the sorted, exact one
@@ -256,8 +253,8 @@ class Drago(RowSolver):
     weights ``(1+eta)^t`` must not outgrow a cycle through the M = n/b blocks
     (each table entry is M steps old when refreshed), so eta is of the order of
     b/n. On a grid 3e-4 ... 0.3 (yacht and power, blocks of 1, 16 and n/d rows,
-    100 passes) the best eta was about b/(2n) on the superquantile and b/(10n)
-    to b/(20n) on the chi-square ball, diverging above about b/(2n) there; b/(8n)
+    100 passes) the best eta was about b/(2n) on the superquantile and b/(22n)
+    to b/(7n) on the chi-square ball, diverging above about b/(2n) there; b/(8n)
     converges on both (docs/algorithms.md, "Drago"). The authors' code's default
     is 0.01 for every b (``lr=0.01``), which their study tunes. ``block_size``:
     an int, or "n/d" (``n // d``, d the columns of X, at least 1; the authors'
@@ -309,7 +306,7 @@ class Drago(RowSolver):
         of smoothness up to 5.9: L/mu = 59) the paper's first steps, of about
         ``1/(mu t)`` (``beta_t`` about ``t - 1``), grow the iterate past 1e50
         before they shrink below ``2/L``; the steady schedule with blocks of
-        one row reaches the suite's 1e-8 in its 200 passes (docs/algorithms.md,
+        one row at the default step reaches the suite's 1e-8 in its 200 passes (docs/algorithms.md,
         "Drago")."""
         return {"schedule": "steady", "block_size": 1}
 

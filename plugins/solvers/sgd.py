@@ -45,7 +45,7 @@ import harness
 from harness import Param
 from plugins.lib.steps import check_scale, scale_param
 from plugins.solvers.row_solver import LR_SCALE_PARAM, RowSolver, default_step
-from plugins.solvers.set_form import ROW_CAPS, SetForm, set_form, spectrum_form
+from plugins.solvers.set_form import ROW_CAPS, SetForm, largest_weight, set_form, spectrum_form
 
 #: schedule codes of the kernel
 CONSTANT, INVERSE, SQRT = 0, 1, 2
@@ -83,7 +83,9 @@ class SGD(RowSolver):
     ``subset(b)``): b distinct rows per step (default 64), ``w <- w - eta_t
     (sum_j q_j grad L_j(w) + mu w)``, the same schedules and average, no tau
     (``tau_lr`` refused, ``tau`` nan); biased. ``mode_`` says which (``RU``,
-    ``SPECTRAL``, ``SUBSET``). Either penalty, on every form.
+    ``SPECTRAL``, ``SUBSET``). Either penalty, on every form. On ``subset(b)``
+    the steps are a set of b rows': ``n sigma_max`` becomes ``b sigma_b``,
+    ``sigma_b`` the batch set's largest weight (logged ``sigma_batch``).
     Derivation: docs/algorithms.md, "SGD: the form, the schedules and their
     theorems" and "SGD on a spectral set".
     """
@@ -165,21 +167,28 @@ class SGD(RowSolver):
                 "form, which a set without row caps does not take (the mini-batch "
                 "estimator has no threshold): leave tau_lr and tau_lr_scale unset.")
         n, mu, nu = self.n_, float(problem.mu), self.nu_
-        if self.mode_ == SUBSET:
-            # the estimator's weights are a point of subset(b): its smooth step is
-            # 1 / (b sigma_b L + mu), sigma_b that set's largest weight (the full set's
-            # n sigma_max, about sqrt(2 n radius) on the chi-square ball, is no bound
-            # on a batch whose b weights sum to 1)
-            batch_set = problem.constraint.subset(b)
-            offered = getattr(batch_set, "max_weight", None)
-            sigma_b = float(offered()) if callable(offered) else 1.0
-            self.lr_smooth_ = default_step(b, sigma_b, self.smoothness_, mu)
-            if nu > 0.0 or math.isinf(float(problem.radius)):  # smooth: that step
-                self.lr_default_ = self.lr_smooth_
-        #: the KL penalty in the kernels (with nu = 0 the penalty plays no part)
-        self.kl_ = nu > 0.0 and self.penalty_ == "kl"
         radius = float(problem.radius)
         spread = n * self.sigma_max_
+        #: the largest weight the mini-batch estimator gives a row (subset(b) only)
+        self.sigma_batch_ = math.nan
+        if self.mode_ == SUBSET:
+            # the estimator's weights are a point of subset(b): its steps are those of
+            # a set of b rows, sigma_b that set's largest weight (the full set's n
+            # sigma_max, about sqrt(2 n radius) on the chi-square ball, is no bound on
+            # a batch whose b weights sum to 1): the smooth step, the subgradient
+            # step's cap with nu = 0 in a ball (row_solver) and the sqrt schedule's
+            self.batch_set_ = problem.constraint.subset(b)
+            self.sigma_batch_ = largest_weight(self.batch_set_)
+            spread = b * self.sigma_batch_
+            self.lr_smooth_ = self.lr_default_ = default_step(b, self.sigma_batch_,
+                                                              self.smoothness_, mu)
+            grad_bound = float(problem.model.grad_bound)
+            if nu == 0.0 and math.isfinite(radius) and math.isfinite(grad_bound):
+                subgradient = radius / (spread * grad_bound * math.sqrt(max(budget // b, 1)))
+                self.lr_default_ = (subgradient if math.isnan(self.lr_default_)
+                                    else min(self.lr_default_, subgradient))
+        #: the KL penalty in the kernels (with nu = 0 the penalty plays no part)
+        self.kl_ = nu > 0.0 and self.penalty_ == "kl"
         schedule = self.schedule
         bound = float(getattr(problem.model, "loss_bound", math.inf)) / problem.scale
         grad_bound = float(problem.model.grad_bound)
@@ -240,11 +249,11 @@ class SGD(RowSolver):
         if self.mode_ == SPECTRAL:  # the spectrum over b rows
             self.batch_form_ = spectrum_form(problem.constraint.spectrum(b))
         elif self.mode_ == SUBSET:
-            self.batch_set_ = problem.constraint.subset(b)
             #: the authors' smoothing coefficient unchanged (module docstring)
             self.batch_nu_ = nu * n / b if not self.kl_ else nu
         self._sync()
         return {**self._logged(), "tau_lr": self.tau_lr_, "batch": b,
+                "sigma_batch": self.sigma_batch_,
                 "schedule": schedule, "t0": self.t0_}
 
     def _batch(self, capped: bool, n: int) -> int:
