@@ -173,3 +173,29 @@ def run_case(case, tally: Tally | None = None) -> dict:
         solver.advance(problem, rng, until)
         record()
     return {"case": list(case), "counts": counts, "w": [float(v) for v in solver.w]}
+
+
+def assert_counters_match_calls(make, problem, targets=(1, 57, 300, 1000),
+                                seed: int = 7) -> None:
+    """Two solvers from ``make()`` on ``problem``, one run as plain Python through
+    the counting wrappers (``instrument``), one compiled, both advanced to each
+    target with ``seed``: after setup and each target the counted run's
+    ``data_points`` and ``grad_evals`` equal the row evaluations and gradients
+    seen, the compiled run has the same counters, and the iterates agree to
+    1e-12."""
+    tally = Tally()
+    counted, compiled = make(), make()
+    instrument(tally, counted, problem)
+    tally.clock = lambda: int(counted.counts_[STEP_COUNTER[counted.name]]) \
+        if hasattr(counted, "counts_") else -1
+    for solver in (counted, compiled):
+        solver.setup(problem, targets[-1])
+    assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
+    rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
+    for until in targets:
+        counted.advance(problem, rng_a, until)
+        compiled.advance(problem, rng_b, until)
+        assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
+        assert (compiled.data_points, compiled.grad_evals) == (counted.data_points,
+                                                               counted.grad_evals)
+    np.testing.assert_allclose(compiled.w, counted.w, rtol=0, atol=1e-12)

@@ -13,7 +13,7 @@ import pickle
 
 import numpy as np
 import pytest
-from counting_kernels import STEP_COUNTER, Tally, instrument
+from counting_kernels import assert_counters_match_calls
 from scipy import optimize
 
 import harness
@@ -430,23 +430,7 @@ def test_counters_equal_the_row_kernels_calls(make, nu):
     # target, data_points and grad_evals equal the row evaluations and gradients
     # seen, and the compiled run has the same counters and iterate (1e-12)
     problem = spectral_problem("extremile", nu=nu, radius=1.0)
-    targets = (1, 57, 300, 1000)
-    tally = Tally()
-    counted, compiled = make(), make()
-    instrument(tally, counted, problem)
-    tally.clock = lambda: int(counted.counts_[STEP_COUNTER[counted.name]]) \
-        if hasattr(counted, "counts_") else -1
-    for solver in (counted, compiled):
-        solver.setup(problem, targets[-1])
-    assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
-    rng_a, rng_b = np.random.default_rng(7), np.random.default_rng(7)
-    for until in targets:
-        counted.advance(problem, rng_a, until)
-        compiled.advance(problem, rng_b, until)
-        assert (counted.data_points, counted.grad_evals) == (tally.evaluations, tally.gradients)
-        assert (compiled.data_points, compiled.grad_evals) == (counted.data_points,
-                                                               counted.grad_evals)
-    np.testing.assert_allclose(compiled.w, counted.w, rtol=0, atol=1e-12)
+    assert_counters_match_calls(make, problem)
 
 
 @pytest.mark.parametrize("cls", [Prospect, LSVRG, SGD])

@@ -123,6 +123,30 @@ def draw_batch(ms, X, y, w, batch, rng, perm, rows, losses, Z):  # pragma: no co
         losses[d] = m_row_loss(ms, X, y, r, w, Z[d])
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def weighted_step(ms, X, y, w, weights, index, rows, Z, g, gw, eta, mu,
+                  radius, counts):  # pragma: no cover - compiled
+    """One mini-batch step: ``w <- w - eta (sum_d weights_d grad l_(rows_e)(w) + mu
+    w)``, ``e = index[d]`` the draw of the d-th weight (its scratch ``Z[e]`` left by
+    its loss), a gradient formed only where the weight is nonzero (``counts[1]``),
+    then projected onto the ball; one step (``counts[2]``)."""
+    p = w.size
+    for j in range(p):
+        gw[j] = 0.0
+    for d in range(weights.size):
+        if weights[d] == 0.0:
+            continue
+        e = index[d]
+        m_row_grad(ms, X, y, rows[e], w, Z[e], g)
+        counts[1] += 1
+        for j in range(p):
+            gw[j] += weights[d] * g[j]
+    for j in range(p):
+        w[j] -= eta * (gw[j] + mu * w[j])
+    project_ball_inplace(w, radius)
+    counts[2] += 1
+
+
 @njit(cache=True, error_model="numpy")
 def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, kl, mu, lr, radius, batch, schedule,
                        t0, rng, until, counts, perm):  # pragma: no cover - compiled
@@ -164,21 +188,7 @@ def sgd_spectral_steps(ms, X, y, w, avg, tau, form, nu, kl, mu, lr, radius, batc
         else:
             for d in range(batch):
                 qs[d] = sigma[d]
-        for j in range(p):
-            gw[j] = 0.0
-        for d in range(batch):
-            if qs[d] == 0.0:
-                continue
-            e = order[d]
-            m_row_grad(ms, X, y, rows[e], w, Z[e], g)
-            counts[1] += 1
-            for j in range(p):
-                gw[j] += qs[d] * g[j]
-        eta = lr * f
-        for j in range(p):
-            w[j] -= eta * (gw[j] + mu * w[j])
-        project_ball_inplace(w, radius)
-        counts[2] += 1
+        weighted_step(ms, X, y, w, qs, order, rows, Z, g, gw, lr * f, mu, radius, counts)
 
 
 @njit(cache=True, error_model="numpy")
@@ -199,18 +209,6 @@ def sgd_batch_step(ms, X, y, w, avg, tau, q, rows, Z, mu, lr, radius, schedule, 
     w)`` (a gradient formed where ``q_d != 0``, from the scratch ``Z[d]`` its
     loss left), projected onto the ball."""
     p = w.size
-    g = np.empty(p)
-    gw = np.zeros(p)
     f = schedule_average(schedule, t0, counts[2], w, avg, tau)
-    for d in range(rows.size):
-        if q[d] == 0.0:
-            continue
-        m_row_grad(ms, X, y, rows[d], w, Z[d], g)
-        counts[1] += 1
-        for j in range(p):
-            gw[j] += q[d] * g[j]
-    eta = lr * f
-    for j in range(p):
-        w[j] -= eta * (gw[j] + mu * w[j])
-    project_ball_inplace(w, radius)
-    counts[2] += 1
+    weighted_step(ms, X, y, w, q, np.arange(rows.size), rows, Z, np.empty(p), np.empty(p),
+                  lr * f, mu, radius, counts)
